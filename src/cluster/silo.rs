@@ -1,0 +1,186 @@
+//! What the oracle knows about one silo: its last report, its smoothed load and its liveness.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::kalman::DualModeKalman;
+use super::names::SiloId;
+use crate::clock::Millis;
+
+/// A silo's lifecycle status. Silos report the first three; `dead` is the oracle's verdict for a
+/// silo that stayed silent longer than the cluster's `silo_ttl`, and it is final for that incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SiloStatus {
+    Joining,
+    #[default]
+    Active,
+    ShuttingDown,
+    Dead,
+}
+
+impl SiloStatus {
+    pub const ALL: [SiloStatus; 4] = [
+        SiloStatus::Joining,
+        SiloStatus::Active,
+        SiloStatus::ShuttingDown,
+        SiloStatus::Dead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiloStatus::Joining => "joining",
+            SiloStatus::Active => "active",
+            SiloStatus::ShuttingDown => "shutting_down",
+            SiloStatus::Dead => "dead",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+}
+
+/// The load figures of one heartbeat, as the silo sent them. Absent figures stay absent: a silo
+/// that reports nothing is treated as Orleans treats a silo without statistics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LoadReport {
+    /// CPU usage in percent, 0 to 100.
+    #[schema(example = 37.5)]
+    pub cpu_usage: Option<f64>,
+    /// Memory in use, bytes.
+    #[schema(example = 6_800_000_000_u64)]
+    pub memory_usage_bytes: Option<u64>,
+    /// Memory limit of the silo (container limit or physical memory), bytes.
+    #[schema(example = 16_000_000_000_u64)]
+    pub max_available_memory_bytes: Option<u64>,
+    /// All activations on the silo.
+    #[schema(example = 1200)]
+    pub activation_count: Option<u64>,
+    /// Activations used in the last few seconds (the working set).
+    #[schema(example = 450)]
+    pub recent_activation_count: Option<u64>,
+    /// The silo's own load-shedding verdict.
+    #[schema(example = false)]
+    pub overloaded: bool,
+    /// ESTABLISHED external client TCP connections.
+    #[schema(example = 37)]
+    pub connection_count: Option<u64>,
+    /// Bytes per second in and out on external interfaces.
+    #[schema(example = 1_250_000)]
+    pub network_bytes_per_second: Option<u64>,
+}
+
+/// Smoothed load and the filter state that produced it; kept per silo across heartbeats.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Smoothing {
+    pub cpu: Option<DualModeKalman>,
+    pub memory: Option<DualModeKalman>,
+    pub cpu_usage: Option<f64>,
+    pub memory_usage_bytes: Option<u64>,
+}
+
+impl Smoothing {
+    /// Feeds one report through the filters. A figure the report lacks leaves its filter untouched.
+    pub fn observe(&mut self, report: &LoadReport) {
+        if let Some(cpu) = report.cpu_usage {
+            let filter = self.cpu.get_or_insert_with(DualModeKalman::default);
+            let smoothed = filter.update(cpu as f32).clamp(0.0, 100.0);
+            self.cpu_usage = Some(f64::from(smoothed));
+        }
+        if let Some(memory) = report.memory_usage_bytes {
+            let filter = self.memory.get_or_insert_with(DualModeKalman::default);
+            let smoothed = filter.update(memory as f32).max(0.0);
+            // Orleans casts the filtered float back to whole bytes; so do we.
+            let mut bytes = smoothed as u64;
+            if let Some(max) = report.max_available_memory_bytes {
+                bytes = bytes.min(max);
+            }
+            self.memory_usage_bytes = Some(bytes);
+        }
+    }
+}
+
+/// Everything a silo told the oracle that is not part of the directory's keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiloProfile {
+    pub address: String,
+    pub role: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// Grain types the silo can host; `None` means every type.
+    pub grain_types: Option<Vec<String>>,
+    pub load: LoadReport,
+    pub smoothing: Smoothing,
+    pub first_seen_ms: Millis,
+}
+
+/// A silo as stored: the reported status, the time of its last heartbeat (oracle clock) and how many
+/// heartbeats it has sent, which doubles as the version for optimistic concurrency.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiloRecord {
+    pub id: SiloId,
+    pub status: SiloStatus,
+    pub last_heartbeat_ms: Millis,
+    pub heartbeat_count: i64,
+    pub profile: SiloProfile,
+}
+
+impl SiloRecord {
+    /// The status at `now`: a silo silent for `silo_ttl_ms` or longer is dead whatever it last said.
+    pub fn status_at(&self, now: Millis, silo_ttl_ms: Millis) -> SiloStatus {
+        if self.status == SiloStatus::Dead || !is_fresh(self.last_heartbeat_ms, now, silo_ttl_ms) {
+            SiloStatus::Dead
+        } else {
+            self.status
+        }
+    }
+
+    /// Whether the silo can host grains of this type (absent list = every type).
+    pub fn hosts(&self, grain_type: &str) -> bool {
+        self.profile
+            .grain_types
+            .as_ref()
+            .is_none_or(|types| types.iter().any(|t| t == grain_type))
+    }
+}
+
+/// The liveness rule, in one place: a heartbeat keeps a silo alive for strictly less than the TTL.
+pub fn is_fresh(last_heartbeat_ms: Millis, now: Millis, silo_ttl_ms: Millis) -> bool {
+    now.saturating_sub(last_heartbeat_ms) < silo_ttl_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silo_is_dead_exactly_when_its_ttl_has_passed() {
+        assert!(is_fresh(1_000, 10_999, 10_000));
+        assert!(!is_fresh(1_000, 11_000, 10_000));
+    }
+
+    #[test]
+    fn smoothing_follows_rises_and_keeps_memory_within_the_limit() {
+        let mut smoothing = Smoothing::default();
+        let report = LoadReport {
+            cpu_usage: Some(50.0),
+            memory_usage_bytes: Some(1_000),
+            max_available_memory_bytes: Some(2_000),
+            ..LoadReport::default()
+        };
+        smoothing.observe(&report);
+        assert_eq!(smoothing.cpu_usage, Some(50.0));
+        assert_eq!(smoothing.memory_usage_bytes, Some(1_000));
+        smoothing.observe(&LoadReport {
+            cpu_usage: None,
+            ..report
+        });
+        assert_eq!(
+            smoothing.cpu_usage,
+            Some(50.0),
+            "absent figures keep the last estimate"
+        );
+    }
+}

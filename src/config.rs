@@ -1,0 +1,208 @@
+//! Configuration from flags and environment variables, validated at start-up.
+//!
+//! The environment variable names are part of the deployment contract (DESIGN.md, "Running it");
+//! every flag has one. Secrets (the database password) never appear in `Debug` output or logs.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The placement oracle: where grains should live, which should move, which node a client should use.
+#[derive(Debug, Parser)]
+#[command(name = "placement-oracle", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub config: Config,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    /// Apply database migrations to DATABASE_URL and exit.
+    Migrate,
+    /// Print the OpenAPI document and exit.
+    Openapi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Everything the service can be told at start-up.
+#[derive(Clone, Args)]
+pub struct Config {
+    /// Address the HTTP API listens on.
+    #[arg(
+        long,
+        env = "ORACLE_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    pub listen: SocketAddr,
+
+    /// Postgres connection string; unset means the embedded in-memory store.
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+
+    /// Default silence (ms) after which a silo is dead; a cluster's policy may override it.
+    #[arg(
+        long,
+        env = "ORACLE_SILO_TTL_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub silo_ttl_ms: u64,
+
+    /// Postgres connections per replica.
+    #[arg(long, env = "ORACLE_DB_POOL_SIZE", default_value_t = 16, global = true)]
+    pub db_pool_size: u32,
+
+    /// Longest time (ms) a request may take before it is answered with 503.
+    #[arg(
+        long,
+        env = "ORACLE_REQUEST_TIMEOUT_MS",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub request_timeout_ms: u64,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(
+        long,
+        env = "ORACLE_BODY_LIMIT_BYTES",
+        default_value_t = 1_048_576,
+        global = true
+    )]
+    pub body_limit_bytes: usize,
+
+    /// Log output: human-readable text or one JSON object per line.
+    #[arg(long, env = "ORACLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Seed for every random decision; unset seeds from the OS. Set it to replay decisions exactly.
+    #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
+    pub rng_seed: Option<u64>,
+}
+
+impl Config {
+    /// Every problem with the configuration, one line each, naming the variable.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                problems.push(message.to_owned());
+            }
+        };
+        check(
+            (100..=86_400_000).contains(&self.silo_ttl_ms),
+            "ORACLE_SILO_TTL_MS must be from 100 (0.1 s) to 86400000 (one day)",
+        );
+        check(
+            (1..=1_000).contains(&self.db_pool_size),
+            "ORACLE_DB_POOL_SIZE must be from 1 to 1000",
+        );
+        check(
+            (1..=600_000).contains(&self.request_timeout_ms),
+            "ORACLE_REQUEST_TIMEOUT_MS must be from 1 to 600000 (ten minutes)",
+        );
+        check(
+            (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
+            "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
+        );
+        if let Some(url) = &self.database_url {
+            check(
+                url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                "DATABASE_URL must be a postgres:// or postgresql:// URL",
+            );
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// The silo TTL in the oracle's time unit.
+    pub fn silo_ttl(&self) -> crate::clock::Millis {
+        crate::clock::Millis::try_from(self.silo_ttl_ms).unwrap_or(crate::clock::Millis::MAX)
+    }
+
+    /// The database URL with any password replaced, for logs.
+    pub fn database_url_redacted(&self) -> Option<String> {
+        self.database_url.as_deref().map(redact_url)
+    }
+
+    /// The configuration with no flags: defaults, overridden by any `ORACLE_*`/`DATABASE_URL`
+    /// variables in the environment. For tests and tools that build an app in-process.
+    pub fn defaults() -> Self {
+        Cli::parse_from(["placement-oracle"]).config
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &self.database_url_redacted())
+            .field("silo_ttl_ms", &self.silo_ttl_ms)
+            .field("db_pool_size", &self.db_pool_size)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("log_format", &self.log_format)
+            .field("rng_seed", &self.rng_seed)
+            .finish()
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host/…` with `***`.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show_in_debug_output() {
+        let mut config = Config::defaults();
+        config.database_url =
+            Some("postgres://oracle:s3cret@db:5432/oracle?sslmode=disable".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("postgres://oracle:***@db:5432/oracle?sslmode=disable"));
+    }
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        assert_eq!(Config::defaults().validate(), Ok(()));
+        let mut config = Config::defaults();
+        config.silo_ttl_ms = 0;
+        config.db_pool_size = 0;
+        let problems = config.validate().unwrap_err();
+        assert!(problems[0].contains("ORACLE_SILO_TTL_MS"));
+        assert!(problems[1].contains("ORACLE_DB_POOL_SIZE"));
+    }
+}

@@ -1,0 +1,185 @@
+//! The directory itself: look up, deactivate and list activations.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiPath, ApiQuery};
+use super::AppState;
+use crate::cluster::{ClusterName, GrainId, SiloId};
+use crate::store::Activation;
+use crate::validation::Invalid;
+
+/// Largest page of a silo's activations.
+const MAX_PAGE: u32 = 1_000;
+const DEFAULT_PAGE: u32 = 100;
+
+/// A grain's activation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActivationResponse {
+    #[schema(example = "user/alice")]
+    pub grain: String,
+    #[schema(example = "10.0.0.7:11111@139002")]
+    pub silo: String,
+    #[schema(example = "10.0.0.7:11111")]
+    pub address: String,
+    #[schema(example = "random")]
+    pub strategy: String,
+    #[schema(example = 1)]
+    pub epoch: i64,
+    /// When it was registered, ms since the Unix epoch (oracle clock).
+    pub created_at_ms: i64,
+}
+
+impl From<Activation> for ActivationResponse {
+    fn from(a: Activation) -> Self {
+        Self {
+            grain: a.grain,
+            silo: a.silo,
+            address: a.address,
+            strategy: a.strategy,
+            epoch: a.epoch,
+            created_at_ms: a.created_ms,
+        }
+    }
+}
+
+/// Which silo is deactivating.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DeactivateQuery {
+    /// The silo that hosted the activation; the entry is removed only if it is still there.
+    pub silo: String,
+}
+
+/// Which silo's activations, and where to resume.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// The silo whose activations to list.
+    pub silo: String,
+    /// Page size, 1 to 1000 (default 100).
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A page of a silo's activations.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActivationPage {
+    pub activations: Vec<ActivationResponse>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Look a grain up in the directory.
+///
+/// The grain id may be sent with its '/' as is (`…/activations/user/alice`) or percent-encoded.
+#[utoipa::path(
+    get,
+    path = "/v1/clusters/{cluster}/activations/{*grain}",
+    tag = "directory",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
+    ),
+    responses(
+        (status = 200, description = "The grain's live activation", body = ActivationResponse),
+        (status = 404, description = "The grain has no live activation", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name or grain id", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_activation(
+    State(state): State<AppState>,
+    ApiPath((cluster, grain)): ApiPath<(String, String)>,
+) -> Result<Json<ActivationResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let grain = GrainId::parse("grain", &grain)?;
+    let activation = state.oracle.lookup(&cluster, &grain).await?;
+    Ok(Json(activation.into()))
+}
+
+/// Deactivate a grain.
+///
+/// Removes the grain's directory entry only if it is still on `silo`, so a silo can never remove an
+/// activation that has since been placed elsewhere.
+#[utoipa::path(
+    delete,
+    path = "/v1/clusters/{cluster}/activations/{*grain}",
+    tag = "directory",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
+        DeactivateQuery,
+    ),
+    responses(
+        (status = 204, description = "The entry was removed"),
+        (status = 404, description = "The grain has no activation", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The activation is on another silo; nothing was removed", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster, grain or silo", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_activation(
+    State(state): State<AppState>,
+    ApiPath((cluster, grain)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery<DeactivateQuery>,
+) -> Result<StatusCode, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let grain = GrainId::parse("grain", &grain)?;
+    let silo = SiloId::parse("silo", &query.silo)?;
+    state.oracle.deactivate(&cluster, &grain, &silo).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// List a silo's activations.
+///
+/// Ordered by grain id, paged with `limit` and `cursor`.
+#[utoipa::path(
+    get,
+    path = "/v1/clusters/{cluster}/activations",
+    tag = "directory",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ListQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of activations", body = ActivationPage),
+        (status = 422, description = "Invalid cluster, silo, limit or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_activations(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<ActivationPage>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let silo = SiloId::parse("silo", &query.silo)?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Invalid::one(
+            "limit",
+            format!("must be from 1 to {MAX_PAGE}, got {limit}"),
+        )
+        .into());
+    }
+    if let Some(cursor) = &query.cursor {
+        GrainId::parse("cursor", cursor)?;
+    }
+    let page = state
+        .oracle
+        .activations_on(&cluster, &silo, query.cursor.as_deref(), limit)
+        .await?;
+    Ok(Json(ActivationPage {
+        activations: page.activations.into_iter().map(Into::into).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}

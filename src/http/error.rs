@@ -1,0 +1,261 @@
+//! The HTTP layer's one error type and its RFC 9457 `application/problem+json` body.
+//!
+//! Every error the API returns — from a handler, an extractor, a timeout, a panic or the router
+//! itself — goes out as a [`Problem`]. Internal details (database errors, panics) are logged once
+//! here and never sent.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::cluster::HeartbeatRejection;
+use crate::oracle::OracleError;
+use crate::placement::PlacementError;
+use crate::store::StoreError;
+use crate::validation::{FieldError, Invalid};
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem detail.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "urn:placement-oracle:problem:invalid-input",
+    "title": "The request has invalid fields",
+    "status": 422,
+    "detail": "cpu_usage: must be a number from 0 to 100",
+    "errors": [{"field": "cpu_usage", "message": "must be a number from 0 to 100"}]
+}))]
+pub struct Problem {
+    /// Identifies the kind of problem; stable, so clients can branch on it.
+    #[serde(rename = "type")]
+    #[schema(example = "urn:placement-oracle:problem:invalid-input")]
+    pub kind: String,
+    /// A short summary of the kind of problem.
+    pub title: String,
+    /// The HTTP status code.
+    #[schema(example = 422)]
+    pub status: u16,
+    /// What went wrong in this occurrence, in words a person can act on.
+    pub detail: String,
+    /// For invalid input: every offending field.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+/// An error on its way to becoming a problem response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    slug: &'static str,
+    title: &'static str,
+    detail: String,
+    errors: Vec<FieldError>,
+    retry_after_seconds: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(
+        status: StatusCode,
+        slug: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            slug,
+            title,
+            detail: detail.into(),
+            errors: Vec::new(),
+            retry_after_seconds: None,
+        }
+    }
+
+    fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after_seconds = Some(seconds);
+        self
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-request",
+            "The request could not be read",
+            detail,
+        )
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "No such resource",
+            detail,
+        )
+    }
+
+    pub fn timeout(after_ms: u64) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "request-timeout",
+            "The request took too long",
+            format!("the oracle gave up after {after_ms} ms; nothing was left half-done, retry"),
+        )
+        .retry_after(1)
+    }
+
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "the oracle failed unexpectedly; the failure is logged",
+        )
+    }
+
+    /// The problem body for a bare status produced outside the handlers (405 from the router, …).
+    pub fn from_status(status: StatusCode) -> Self {
+        let title = status.canonical_reason().unwrap_or("Error");
+        let detail = match status {
+            StatusCode::METHOD_NOT_ALLOWED => {
+                "this path does not accept that method; see /openapi.json".to_owned()
+            }
+            StatusCode::NOT_FOUND => {
+                "no such route; the API is described at /openapi.json and /swagger-ui/".to_owned()
+            }
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                "the request body is larger than the configured limit".to_owned()
+            }
+            _ => title.to_owned(),
+        };
+        Self::new(status, "http-error", title, detail)
+    }
+
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: format!("urn:placement-oracle:problem:{}", self.slug),
+            title: self.title.to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<Invalid> for ApiError {
+    fn from(Invalid(errors): Invalid) -> Self {
+        let detail = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut error = Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-input",
+            "The request has invalid fields",
+            detail,
+        );
+        error.errors = errors;
+        error
+    }
+}
+
+impl From<PlacementError> for ApiError {
+    fn from(error: PlacementError) -> Self {
+        match &error {
+            PlacementError::NoActiveSilo { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no-active-silo",
+                "No silo can take new activations",
+                error.to_string(),
+            )
+            .retry_after(1),
+            PlacementError::NoCompatibleSilo { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "no-compatible-silo",
+                "No active silo hosts this grain type",
+                error.to_string(),
+            ),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Contended(_) => {
+                tracing::warn!(%error, "store contention");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "contention",
+                    "Too many concurrent changes",
+                    "concurrent writers kept winning; nothing was changed by this request, retry",
+                )
+                .retry_after(1)
+            }
+            StoreError::Corrupt(_) => {
+                tracing::error!(%error, "store returned unexpected data");
+                Self::internal()
+            }
+            StoreError::Database(_) | StoreError::Migration(_) => {
+                tracing::error!(%error, "store unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "The store is unavailable",
+                    "the oracle could not reach its store; nothing was changed by this request, retry",
+                )
+                .retry_after(1)
+            }
+        }
+    }
+}
+
+impl From<OracleError> for ApiError {
+    fn from(error: OracleError) -> Self {
+        let detail = error.to_string();
+        match error {
+            OracleError::ClusterNotFound(_)
+            | OracleError::SiloNotFound { .. }
+            | OracleError::ActivationNotFound(_) => Self::not_found(detail),
+            OracleError::ActivationElsewhere { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "activation-elsewhere",
+                "The activation is on another silo",
+                detail,
+            ),
+            OracleError::HeartbeatRejected(HeartbeatRejection::DeclaredDead { .. }) => Self::new(
+                StatusCode::CONFLICT,
+                "silo-declared-dead",
+                "This silo incarnation was declared dead",
+                detail,
+            ),
+            OracleError::HeartbeatRejected(HeartbeatRejection::StatusRegression { .. }) => {
+                Self::new(
+                    StatusCode::CONFLICT,
+                    "status-regression",
+                    "A silo's status cannot move backwards",
+                    detail,
+                )
+            }
+            OracleError::Unplaceable(error) => error.into(),
+            OracleError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.problem())).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = self.retry_after_seconds {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

@@ -1,0 +1,203 @@
+//! Extractors that turn every way a request can be malformed into a problem response.
+//!
+//! axum's own extractors answer with plain-text bodies; these wrap them so that a wrong content
+//! type (415), an oversized body (413), broken JSON (400) and well-formed JSON with wrong or unknown
+//! fields (422, naming the field) all come back as problem+json.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use crate::validation::Invalid;
+
+/// A JSON body, deserialised with field paths in its errors.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(request.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "The body must be JSON",
+                "send the body with `Content-Type: application/json`",
+            ));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(body_rejection)?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
+    let Some(Ok(value)) = content_type.map(|v| v.to_str()) else {
+        return false;
+    };
+    let mime = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "The request body is too large",
+            "the body exceeds ORACLE_BODY_LIMIT_BYTES; split a batch into smaller ones",
+        )
+    } else {
+        ApiError::bad_request(format!("the body could not be read: {rejection}"))
+    }
+}
+
+/// Parses JSON, telling syntax errors (400) from content errors (422 naming the field).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => {
+                let message = inner.to_string();
+                let field = field_of(&path);
+                let message = strip_position(&message);
+                ApiError::from(Invalid::one(field, message))
+            }
+            _ => ApiError::bad_request(format!("the body is not valid JSON: {inner}")),
+        }
+    })
+}
+
+/// The field a serde error is about. serde_path_to_error's path already ends with an unknown
+/// field's own name; an error about the whole body has the path ".".
+fn field_of(path: &str) -> String {
+    if path == "." {
+        "body".to_owned()
+    } else {
+        path.to_owned()
+    }
+}
+
+/// serde_json appends " at line 1 column 42"; the field name already says where.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Path parameters; a malformed one (e.g. invalid percent-encoding) is a 400 problem.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| ApiPath(value))
+            .map_err(|rejection| {
+                ApiError::bad_request(format!("bad path: {}", rejection.body_text()))
+            })
+    }
+}
+
+/// Query parameters; a wrong one is a 422 problem naming it.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(ApiQuery)
+            .map_err(|error| {
+                let message = error.inner().to_string();
+                let field = match error.path().to_string().as_str() {
+                    "." => message.split('`').nth(1).unwrap_or("query").to_owned(),
+                    path => path.to_owned(),
+                };
+                ApiError::from(Invalid::one(field, message))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Sample {
+        cpu_usage: Option<f64>,
+        metadata: Option<std::collections::BTreeMap<String, String>>,
+    }
+
+    fn field(body: &str) -> (StatusCode, Vec<String>) {
+        let error = parse_json::<Sample>(body.as_bytes()).unwrap_err();
+        let problem = error.problem();
+        (
+            error.status(),
+            problem.errors.into_iter().map(|e| e.field).collect(),
+        )
+    }
+
+    #[test]
+    fn content_errors_name_the_field_and_syntax_errors_are_400() {
+        assert_eq!(
+            field(r#"{"cpu_usage": "high"}"#),
+            (StatusCode::UNPROCESSABLE_ENTITY, vec!["cpu_usage".into()])
+        );
+        assert_eq!(
+            field(r#"{"cpu": 1}"#),
+            (StatusCode::UNPROCESSABLE_ENTITY, vec!["cpu".into()])
+        );
+        assert_eq!(
+            field(r#"{"metadata": {"zone": 1}}"#),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                vec!["metadata.zone".into()]
+            )
+        );
+        assert_eq!(field(r#"{"cpu_usage": 1"#).0, StatusCode::BAD_REQUEST);
+        assert_eq!(field("[]").0, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[test]
+    fn json_content_types_are_recognised() {
+        let ok = |v: &'static str| is_json(Some(&header::HeaderValue::from_static(v)));
+        assert!(ok("application/json"));
+        assert!(ok("application/json; charset=utf-8"));
+        assert!(ok("application/merge-patch+json"));
+        assert!(!ok("text/plain"));
+        assert!(!is_json(None));
+    }
+}

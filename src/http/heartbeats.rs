@@ -1,0 +1,230 @@
+//! `POST /v1/clusters/{cluster}/heartbeats`: a silo reports its status and load.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::silos::SiloResponse;
+use super::AppState;
+use crate::cluster::names::{check_grain_type, MAX_SILO_ID_BYTES};
+use crate::cluster::{ClusterName, Heartbeat, LoadReport, SiloId, SiloStatus};
+use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
+
+const MAX_METADATA_ENTRIES: usize = 64;
+const MAX_METADATA_KEY_BYTES: usize = 128;
+const MAX_METADATA_VALUE_BYTES: usize = 1_024;
+const MAX_GRAIN_TYPES: usize = 4_096;
+const MAX_ROLE_BYTES: usize = 128;
+
+/// The statuses a silo may report; `dead` is the oracle's verdict, never reported.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedStatus {
+    Joining,
+    #[default]
+    Active,
+    ShuttingDown,
+}
+
+impl From<ReportedStatus> for SiloStatus {
+    fn from(status: ReportedStatus) -> Self {
+        match status {
+            ReportedStatus::Joining => SiloStatus::Joining,
+            ReportedStatus::Active => SiloStatus::Active,
+            ReportedStatus::ShuttingDown => SiloStatus::ShuttingDown,
+        }
+    }
+}
+
+/// A heartbeat. Only `silo` is required; absent load figures mean "no statistics".
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "silo": "10.0.0.5:11111@139000",
+    "address": "10.0.0.5:11111",
+    "status": "active",
+    "role": "frontend",
+    "metadata": {"zone": "az1"},
+    "grain_types": ["user", "order"],
+    "cpu_usage": 37.5,
+    "memory_usage_bytes": 6_800_000_000_u64,
+    "max_available_memory_bytes": 16_000_000_000_u64,
+    "activation_count": 1200,
+    "recent_activation_count": 450,
+    "overloaded": false,
+    "connection_count": 37,
+    "network_bytes_per_second": 1_250_000
+}))]
+pub struct HeartbeatRequest {
+    /// Unique per silo incarnation, conventionally `address@generation`. At most 255 bytes, no
+    /// white space or control characters.
+    pub silo: String,
+    /// Where clients and grains reach the silo; defaults to the part of `silo` before '@'.
+    pub address: Option<String>,
+    /// Defaults to `active`.
+    pub status: Option<ReportedStatus>,
+    /// For role-based placement and connection pools.
+    pub role: Option<String>,
+    /// Free-form labels for placement filters (at most 64 entries).
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Grain types this silo can host; absent means every type.
+    pub grain_types: Option<Vec<String>>,
+    /// Percent, 0 to 100, raw (the oracle smooths it).
+    pub cpu_usage: Option<f64>,
+    /// Bytes in use, raw (the oracle smooths it). At most `max_available_memory_bytes`.
+    pub memory_usage_bytes: Option<u64>,
+    /// The silo's memory limit in bytes; available = max − usage.
+    pub max_available_memory_bytes: Option<u64>,
+    /// All activations on the silo.
+    pub activation_count: Option<u64>,
+    /// Activations used in the last few seconds.
+    pub recent_activation_count: Option<u64>,
+    /// The silo's own load-shedding verdict.
+    pub overloaded: Option<bool>,
+    /// ESTABLISHED external client TCP connections.
+    pub connection_count: Option<u64>,
+    /// Bytes per second in and out on external interfaces.
+    pub network_bytes_per_second: Option<u64>,
+}
+
+impl HeartbeatRequest {
+    /// Checks every field and builds the domain heartbeat, or reports every bad field at once.
+    pub fn validate(self) -> Result<Heartbeat, Invalid> {
+        let mut v = Violations::default();
+        let silo = v.check(SiloId::parse("silo", &self.silo));
+        if let Some(address) = &self.address {
+            v.check(validation::token("address", address, MAX_SILO_ID_BYTES));
+        }
+        if let Some(role) = &self.role {
+            v.check(validation::label("role", role, MAX_ROLE_BYTES));
+        }
+        let metadata = self.metadata.unwrap_or_default();
+        if metadata.len() > MAX_METADATA_ENTRIES {
+            v.add(
+                "metadata",
+                format!("must have at most {MAX_METADATA_ENTRIES} entries"),
+            );
+        }
+        for (key, value) in &metadata {
+            v.check(
+                validation::token("metadata", key, MAX_METADATA_KEY_BYTES).map_err(|e| {
+                    Invalid::one(format!("metadata.{key}"), format!("key {}", e.0[0].message))
+                }),
+            );
+            if !value.is_empty() {
+                v.check(validation::label(
+                    &format!("metadata.{key}"),
+                    value,
+                    MAX_METADATA_VALUE_BYTES,
+                ));
+            }
+        }
+        if let Some(types) = &self.grain_types {
+            if types.len() > MAX_GRAIN_TYPES {
+                v.add(
+                    "grain_types",
+                    format!("must list at most {MAX_GRAIN_TYPES} types"),
+                );
+            }
+            for (i, grain_type) in types.iter().enumerate() {
+                v.check(check_grain_type(&format!("grain_types[{i}]"), grain_type));
+            }
+        }
+        if let Some(cpu) = self.cpu_usage {
+            if !(0.0..=100.0).contains(&cpu) {
+                v.add(
+                    "cpu_usage",
+                    format!("must be a number from 0 to 100, got {cpu}"),
+                );
+            }
+        }
+        let counts = [
+            ("memory_usage_bytes", self.memory_usage_bytes),
+            (
+                "max_available_memory_bytes",
+                self.max_available_memory_bytes,
+            ),
+            ("activation_count", self.activation_count),
+            ("recent_activation_count", self.recent_activation_count),
+            ("connection_count", self.connection_count),
+            ("network_bytes_per_second", self.network_bytes_per_second),
+        ];
+        for (field, value) in counts {
+            if value.is_some_and(|n| n > MAX_SAFE_INTEGER) {
+                v.add(
+                    field,
+                    format!("must be at most {MAX_SAFE_INTEGER} (2^53 − 1)"),
+                );
+            }
+        }
+        if let (Some(used), Some(max)) = (self.memory_usage_bytes, self.max_available_memory_bytes)
+        {
+            if used > max {
+                v.add(
+                    "memory_usage_bytes",
+                    format!("must not exceed max_available_memory_bytes ({max}), got {used}"),
+                );
+            }
+        }
+        v.finish(|| {
+            let silo = silo.expect("checked");
+            Heartbeat {
+                address: self
+                    .address
+                    .unwrap_or_else(|| silo.default_address().to_owned()),
+                silo,
+                status: self.status.unwrap_or_default().into(),
+                role: self.role,
+                metadata,
+                grain_types: self.grain_types,
+                load: LoadReport {
+                    cpu_usage: self.cpu_usage,
+                    memory_usage_bytes: self.memory_usage_bytes,
+                    max_available_memory_bytes: self.max_available_memory_bytes,
+                    activation_count: self.activation_count,
+                    recent_activation_count: self.recent_activation_count,
+                    overloaded: self.overloaded.unwrap_or(false),
+                    connection_count: self.connection_count,
+                    network_bytes_per_second: self.network_bytes_per_second,
+                },
+            }
+        })
+    }
+}
+
+/// Report a silo's status and load.
+///
+/// Creates the cluster on its first heartbeat and the silo on its first. The oracle stamps the
+/// heartbeat with its own clock; a silo silent for the cluster's `silo_ttl_ms` is declared dead and
+/// its activations are released. Send heartbeats well within the TTL (every second or two).
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/heartbeats",
+    tag = "membership",
+    params(("cluster" = String, Path, description = "Cluster name: [a-z0-9][a-z0-9-]{0,62}", example = "prod")),
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, description = "The silo as the oracle now sees it", body = SiloResponse),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The silo was declared dead (rejoin under a new id) or its status moved backwards", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_heartbeat(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    ApiJson(request): ApiJson<HeartbeatRequest>,
+) -> Result<Json<SiloResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let heartbeat = request.validate()?;
+    let snapshot = state.oracle.heartbeat(&cluster, heartbeat).await?;
+    Ok(Json(SiloResponse::from(&snapshot)))
+}

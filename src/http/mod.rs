@@ -1,0 +1,146 @@
+//! The HTTP API: one module per resource, each a thin shell over [`crate::oracle::Oracle`].
+//!
+//! Routes and the OpenAPI document come from the same declarations (`#[utoipa::path]` handlers
+//! registered with `routes!`), so the spec cannot drift from the router.
+
+pub mod error;
+pub mod extract;
+mod middleware;
+
+mod activations;
+mod heartbeats;
+mod ops;
+mod placements;
+mod silos;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::oracle::Oracle;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub oracle: Arc<Oracle>,
+    pub metrics: PrometheusHandle,
+}
+
+/// Limits applied to every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub request_timeout: Duration,
+    pub body_limit_bytes: usize,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Placement oracle",
+        description = "Tells clusters of servers where work should live: where a grain should be \
+                       activated (Orleans placement), which grains should move, and which node a client \
+                       should connect to. Errors are RFC 9457 problem+json.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    tags(
+        (name = "membership", description = "Silo heartbeats and cluster membership"),
+        (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
+        (name = "operations", description = "Health, readiness and metrics")
+    )
+)]
+struct ApiDoc;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(heartbeats::post_heartbeat))
+        .routes(routes!(silos::list_silos))
+        .routes(routes!(silos::get_silo, silos::delete_silo))
+        .routes(routes!(placements::post_placement))
+        .routes(routes!(placements::post_placement_batch))
+        .routes(routes!(activations::list_activations))
+        .routes(routes!(
+            activations::get_activation,
+            activations::delete_activation
+        ))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+}
+
+/// The OpenAPI document, as served at `/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, api) = api_router().split_for_parts();
+    without_wildcards(api)
+}
+
+/// axum spells a catch-all segment `{*grain}` (it may contain '/'); OpenAPI has no such syntax, so
+/// the spec names it `{grain}` and documents that the value may hold '/'.
+fn without_wildcards(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    api.paths.paths = std::mem::take(&mut api.paths.paths)
+        .into_iter()
+        .map(|(path, item)| (path.replace("{*", "{"), item))
+        .collect();
+    api
+}
+
+/// The whole application: API routes, spec, Swagger UI and every cross-cutting layer.
+pub fn app(state: AppState, limits: Limits) -> Router {
+    let (router, api) = api_router().split_for_parts();
+    let router = router
+        .merge(SwaggerUi::new("/swagger-ui").url("/openapi.json", without_wildcards(api)))
+        .fallback(|| async { error::ApiError::from_status(axum::http::StatusCode::NOT_FOUND) });
+
+    // Per-route layers, outermost first. They sit inside routing so that the metrics see the
+    // matched route template, and they wrap the panic catcher and the timeout so that panics and
+    // timeouts are counted like any other answer.
+    let per_route = ServiceBuilder::new()
+        .layer(axum::middleware::from_fn(middleware::record_metrics))
+        .layer(CatchPanicLayer::custom(middleware::panic_response))
+        .layer(axum::middleware::from_fn_with_state(
+            limits.request_timeout,
+            middleware::enforce_timeout,
+        ));
+
+    // Whole-app layers, outermost first.
+    let around = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let request_id = request
+                    .headers()
+                    .get(REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id,
+                )
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(axum::middleware::from_fn(
+            middleware::problem_for_bare_errors,
+        ))
+        .layer(DefaultBodyLimit::max(limits.body_limit_bytes));
+
+    router
+        .route_layer(per_route)
+        .layer(around)
+        .with_state(state)
+}

@@ -1,0 +1,239 @@
+//! "Where should grain X go": `POST /v1/clusters/{cluster}/placements` and `…/placements/batch`.
+
+use std::collections::HashSet;
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::AppState;
+use crate::cluster::{ClusterName, GrainId, SiloId};
+use crate::oracle::{PlaceRequest, Placement};
+use crate::placement::{Explanation, Strategy};
+use crate::validation::{Invalid, Violations};
+
+/// Most grains one batch may place.
+pub const MAX_BATCH: usize = 1_000;
+
+/// Where should this grain go?
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"grain": "user/alice", "requesting_silo": "10.0.0.5:11111@139000", "explain": true}))]
+pub struct PlacementRequest {
+    /// `type/key`; the type decides which silos can host it. At most 1024 bytes.
+    #[schema(example = "user/alice")]
+    pub grain: String,
+    /// The silo asking (Orleans' "local" silo).
+    pub requesting_silo: Option<String>,
+    /// A preferred silo, used when it is compatible.
+    pub hint: Option<String>,
+    /// Overrides the cluster's strategy for this call.
+    pub strategy: Option<Strategy>,
+    /// Return the candidates and the rule that decided.
+    #[serde(default)]
+    pub explain: bool,
+}
+
+impl PlacementRequest {
+    fn validate(self, prefix: &str) -> Result<PlaceRequest, Invalid> {
+        let mut v = Violations::default();
+        let grain = v.check(GrainId::parse(&format!("{prefix}grain"), &self.grain));
+        let requesting_silo = self
+            .requesting_silo
+            .map(|s| v.check(SiloId::parse(&format!("{prefix}requesting_silo"), &s)));
+        let hint = self
+            .hint
+            .map(|s| v.check(SiloId::parse(&format!("{prefix}hint"), &s)));
+        v.finish(|| PlaceRequest {
+            grain: grain.expect("checked"),
+            requesting_silo: requesting_silo.flatten(),
+            hint: hint.flatten(),
+            strategy: self.strategy,
+            explain: self.explain,
+        })
+    }
+}
+
+/// Whether the directory already had the grain.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementOutcome {
+    /// A live activation was already registered; this is where it is.
+    Existing,
+    /// No live activation existed; this call placed and registered it.
+    Placed,
+}
+
+/// Where the grain lives.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlacementResponse {
+    #[schema(example = "user/alice")]
+    pub grain: String,
+    #[schema(example = "10.0.0.7:11111@139002")]
+    pub silo: String,
+    #[schema(example = "10.0.0.7:11111")]
+    pub address: String,
+    pub outcome: PlacementOutcome,
+    /// The strategy that placed the activation.
+    #[schema(example = "random")]
+    pub strategy: String,
+    /// Identifies this activation; a grain placed again gets a larger epoch.
+    #[schema(example = 1)]
+    pub epoch: i64,
+    /// Present when `explain` was set and this call placed the grain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Explanation>,
+}
+
+impl From<Placement> for PlacementResponse {
+    fn from(placement: Placement) -> Self {
+        let activation = placement.activation;
+        Self {
+            grain: activation.grain,
+            silo: activation.silo,
+            address: activation.address,
+            outcome: match placement.outcome {
+                crate::oracle::Outcome::Existing => PlacementOutcome::Existing,
+                crate::oracle::Outcome::Placed => PlacementOutcome::Placed,
+            },
+            strategy: activation.strategy,
+            epoch: activation.epoch,
+            explanation: placement.explanation,
+        }
+    }
+}
+
+/// Many grains at once.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"placements": [{"grain": "user/alice"}, {"grain": "order/12345"}]}))]
+pub struct PlacementBatchRequest {
+    /// 1 to 1000 distinct grains.
+    pub placements: Vec<PlacementRequest>,
+}
+
+/// One grain's answer: exactly one of `placement` and `error` is present.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlacementBatchItem {
+    pub grain: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Problem>,
+}
+
+/// Answers in request order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlacementBatchResponse {
+    pub results: Vec<PlacementBatchItem>,
+}
+
+/// Where should grain X go?
+///
+/// Returns the grain's live activation if it has one (`outcome: existing`); otherwise places it
+/// among the active silos that host its type and registers it (`outcome: placed`). Concurrent
+/// callers on any replica get the same silo: the directory keeps exactly one activation per grain.
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/placements",
+    tag = "directory",
+    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    request_body = PlacementRequest,
+    responses(
+        (status = 200, description = "Where the grain lives", body = PlacementResponse),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No active silo hosts the grain's type", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_placement(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    ApiJson(request): ApiJson<PlacementRequest>,
+) -> Result<Json<PlacementResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let request = request.validate("")?;
+    let placement = state.oracle.place(&cluster, request).await?;
+    Ok(Json(placement.into()))
+}
+
+/// Place many grains in one call.
+///
+/// Same answers as one call per grain, with a few store round trips for the whole batch. Each grain
+/// gets its own result; a grain that cannot be placed carries a problem instead.
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/placements/batch",
+    tag = "directory",
+    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    request_body = PlacementBatchRequest,
+    responses(
+        (status = 200, description = "One result per grain, in request order", body = PlacementBatchResponse),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named (e.g. `placements[3].grain`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_placement_batch(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    ApiJson(batch): ApiJson<PlacementBatchRequest>,
+) -> Result<Json<PlacementBatchResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let requests = validate_batch(batch)?;
+    let results = state.oracle.place_many(&cluster, &requests).await?;
+    let results = requests
+        .iter()
+        .zip(results)
+        .map(|(request, result)| match result {
+            Ok(placement) => PlacementBatchItem {
+                grain: request.grain.to_string(),
+                placement: Some(placement.into()),
+                error: None,
+            },
+            Err(error) => PlacementBatchItem {
+                grain: request.grain.to_string(),
+                placement: None,
+                error: Some(ApiError::from(error).problem()),
+            },
+        })
+        .collect();
+    Ok(Json(PlacementBatchResponse { results }))
+}
+
+fn validate_batch(batch: PlacementBatchRequest) -> Result<Vec<PlaceRequest>, Invalid> {
+    let mut v = Violations::default();
+    if batch.placements.is_empty() || batch.placements.len() > MAX_BATCH {
+        v.add(
+            "placements",
+            format!(
+                "must hold 1 to {MAX_BATCH} grains, got {}",
+                batch.placements.len()
+            ),
+        );
+    }
+    let mut seen = HashSet::new();
+    let mut requests = Vec::with_capacity(batch.placements.len());
+    for (i, item) in batch.placements.into_iter().enumerate() {
+        if let Some(request) = v.check(item.validate(&format!("placements[{i}]."))) {
+            if !seen.insert(request.grain.clone()) {
+                v.add(
+                    format!("placements[{i}].grain"),
+                    format!("`{}` appears more than once in the batch", request.grain),
+                );
+            }
+            requests.push(request);
+        }
+    }
+    v.finish(|| requests)
+}

@@ -1,0 +1,128 @@
+//! # The placement oracle
+//!
+//! An HTTP service that tells clusters of servers where work should live. Silos (servers hosting
+//! virtual actors, "grains") send heartbeats with their load; the oracle keeps membership and a
+//! single-activation grain directory, and answers "where should grain X go".
+//!
+//! A guided tour, in the direction the arrows run (`http → oracle → domain ← store`):
+//!
+//! - [`config`]: flags and environment variables, validated at start-up.
+//! - [`http`]: the REST API, one module per resource, the OpenAPI document and Swagger UI. Thin:
+//!   it validates input, calls the oracle and shapes the answer; every error is problem+json.
+//! - [`oracle`]: the use cases (heartbeat, place, look up, deactivate, sweep). The only code that
+//!   combines the store, the clock, the RNG and the domain.
+//! - The domain, pure and I/O-free: [`cluster`] (names, silos, lifecycle, Kalman smoothing) and
+//!   [`placement`] (compatibility, hints, strategies, explanations).
+//! - [`store`]: the storage interface with its Postgres and in-memory implementations.
+//! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
+//!
+//! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
+//! a listener until a shutdown signal.
+
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod cluster;
+pub mod config;
+pub mod http;
+pub mod oracle;
+pub mod placement;
+pub mod store;
+pub mod telemetry;
+pub mod validation;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+pub use http::{app, AppState, Limits};
+
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::oracle::Oracle;
+use crate::store::memory::MemoryStore;
+use crate::store::postgres::PostgresStore;
+use crate::store::Store;
+
+/// Opens the store the configuration asks for, applying migrations to Postgres.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    match &config.database_url {
+        Some(url) => {
+            let store = PostgresStore::connect(url, config.db_pool_size, config.silo_ttl())
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot connect to Postgres at {}: {e}",
+                        config.database_url_redacted().unwrap_or_default()
+                    )
+                })?;
+            store.migrate().await?;
+            tracing::info!(database = %config.database_url_redacted().unwrap_or_default(), "using the Postgres store; migrations applied");
+            Ok(Arc::new(store))
+        }
+        None => {
+            tracing::warn!(
+                "DATABASE_URL is not set: using the embedded in-memory store. State is lost when the \
+                 process exits and replicas cannot share it; set DATABASE_URL for production"
+            );
+            Ok(Arc::new(MemoryStore::new(config.silo_ttl())))
+        }
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests.
+/// The membership sweep runs alongside and stops with it.
+pub async fn serve(
+    config: Config,
+    store: Arc<dyn Store>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let oracle = Arc::new(Oracle::new(store, Arc::new(SystemClock), config.rng_seed));
+    let state = AppState {
+        oracle: oracle.clone(),
+        metrics: telemetry::metrics_handle(),
+    };
+    let limits = Limits {
+        request_timeout: config.request_timeout(),
+        body_limit_bytes: config.body_limit_bytes,
+    };
+    let (stop_sweeper, sweeper_stopped) = tokio::sync::oneshot::channel::<()>();
+    let sweeper = tokio::spawn(oracle::run_sweeper(oracle, async {
+        let _ = sweeper_stopped.await;
+    }));
+
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
+    axum::serve(listener, app(state, limits))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    let _ = stop_sweeper.send(());
+    let _ = sweeper.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown signal received; finishing in-flight requests");
+}

@@ -1,0 +1,48 @@
+//! `placement-oracle`: config → telemetry → metrics → store → serve. Everything else is in the library.
+
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use placement_oracle::config::{Cli, Command};
+use placement_oracle::{open_store, serve, shutdown_signal, telemetry};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve);
+    if command == Command::Openapi {
+        println!("{}", placement_oracle::http::openapi().to_pretty_json()?);
+        return Ok(());
+    }
+
+    let config = cli.config;
+    telemetry::init_logging(config.log_format);
+    if let Err(problems) = config.validate() {
+        for problem in &problems {
+            tracing::error!("invalid configuration: {problem}");
+        }
+        anyhow::bail!("invalid configuration: {}", problems.join("; "));
+    }
+    tracing::debug!(?config, "configuration");
+
+    match command {
+        Command::Migrate => {
+            if config.database_url.is_none() {
+                anyhow::bail!(
+                    "`migrate` needs DATABASE_URL: the embedded store has no schema to migrate"
+                );
+            }
+            open_store(&config).await?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Serve | Command::Openapi => {
+            telemetry::metrics_handle();
+            let store = open_store(&config).await?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+            serve(config, store, listener, shutdown_signal()).await
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Heartbeats and membership.
+
+use super::{Oracle, OracleError};
+use crate::clock::Millis;
+use crate::cluster::{heartbeat, ClusterName, Heartbeat, SiloId, SiloRecord, SiloStatus};
+use crate::telemetry::metric;
+
+/// A silo as seen at one instant: its record, and the clock reading and TTL that give its status.
+#[derive(Debug, Clone)]
+pub struct SiloSnapshot {
+    pub record: SiloRecord,
+    pub now: Millis,
+    pub silo_ttl_ms: Millis,
+}
+
+impl SiloSnapshot {
+    pub fn status(&self) -> SiloStatus {
+        self.record.status_at(self.now, self.silo_ttl_ms)
+    }
+}
+
+impl Oracle {
+    /// Records a heartbeat, stamped with the oracle's clock.
+    pub async fn heartbeat(
+        &self,
+        cluster: &ClusterName,
+        heartbeat: Heartbeat,
+    ) -> Result<SiloSnapshot, OracleError> {
+        let now = self.clock.now_ms();
+        let update = |previous: Option<&SiloRecord>, ttl: Millis| {
+            heartbeat::apply(&heartbeat, previous, now, ttl)
+        };
+        let outcome = self
+            .store
+            .record_heartbeat(cluster, &heartbeat.silo, now, &update)
+            .await
+            .inspect_err(|_| metric::store_error("record_heartbeat"))?;
+        match outcome {
+            Ok((record, silo_ttl_ms)) => {
+                metric::heartbeat("accepted");
+                Ok(SiloSnapshot {
+                    record,
+                    now,
+                    silo_ttl_ms,
+                })
+            }
+            Err(rejection) => {
+                metric::heartbeat("rejected");
+                Err(rejection.into())
+            }
+        }
+    }
+
+    /// Every silo of the cluster, dead ones included until they are forgotten.
+    pub async fn silos(&self, cluster: &ClusterName) -> Result<Vec<SiloSnapshot>, OracleError> {
+        let membership = self
+            .store
+            .membership(cluster)
+            .await
+            .inspect_err(|_| metric::store_error("membership"))?
+            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+        let now = self.clock.now_ms();
+        Ok(membership
+            .silos
+            .into_iter()
+            .map(|record| SiloSnapshot {
+                record,
+                now,
+                silo_ttl_ms: membership.silo_ttl_ms,
+            })
+            .collect())
+    }
+
+    /// One silo.
+    pub async fn silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<SiloSnapshot, OracleError> {
+        self.silos(cluster)
+            .await?
+            .into_iter()
+            .find(|s| &s.record.id == silo)
+            .ok_or_else(|| OracleError::SiloNotFound {
+                cluster: cluster.to_string(),
+                silo: silo.to_string(),
+            })
+    }
+
+    /// A graceful leave: the silo is forgotten and its activations released. Returns how many.
+    pub async fn leave(&self, cluster: &ClusterName, silo: &SiloId) -> Result<u64, OracleError> {
+        let released = self
+            .store
+            .remove_silo(cluster, silo)
+            .await
+            .inspect_err(|_| metric::store_error("remove_silo"))?
+            .ok_or_else(|| OracleError::SiloNotFound {
+                cluster: cluster.to_string(),
+                silo: silo.to_string(),
+            })?;
+        tracing::info!(%cluster, %silo, released, "silo left");
+        Ok(released)
+    }
+}

@@ -1,0 +1,174 @@
+//! The store interface: membership and the grain directory.
+//!
+//! Two implementations pass one behavioural suite (`tests/api/store_suite.rs`): [`postgres`], the
+//! production store that any number of replicas share, and [`memory`], an in-process store for first
+//! runs and demos. The store keeps state and enforces the invariants that need atomicity — one
+//! directory entry per grain, registration only on a live silo, release of a dead silo's entries —
+//! and leaves every decision to the domain.
+
+pub mod memory;
+pub mod postgres;
+
+use async_trait::async_trait;
+
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+
+/// How long a dead silo stays listed (status `dead`) before its record is dropped and its id may
+/// be used again.
+pub const DEAD_SILO_RETENTION_MS: Millis = 60 * 60 * 1000;
+
+/// A failure of the store itself (never of the caller's input). Logged, counted and answered as 503.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is not what this version expects: {0}")]
+    Corrupt(String),
+    #[error("gave up after {0} attempts that lost to concurrent writers")]
+    Contended(u32),
+}
+
+/// Computes a silo's next record from its current one (absent for a new silo) and the cluster's
+/// silo TTL. The store calls it inside its atomic read-modify-write, perhaps more than once.
+pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, Millis) -> Result<SiloRecord, HeartbeatRejection>
+    + Send
+    + Sync
+    + 'a;
+
+/// Every silo of a cluster, and the TTL that decides which are alive.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    pub silo_ttl_ms: Millis,
+    /// Ordered by silo id.
+    pub silos: Vec<SiloRecord>,
+}
+
+/// One directory entry: a grain's single activation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activation {
+    pub grain: String,
+    pub silo: String,
+    /// The silo's address, as of its last heartbeat.
+    pub address: String,
+    /// Strategy that placed it.
+    pub strategy: String,
+    /// Identifies this activation: every registration gets a larger one than any before it.
+    pub epoch: i64,
+    pub created_ms: Millis,
+}
+
+/// A directory entry and whether its silo is alive now; entries on dead silos are as good as gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    pub activation: Activation,
+    pub live: bool,
+}
+
+/// A registration to attempt.
+#[derive(Debug, Clone)]
+pub struct NewActivation {
+    pub grain: GrainId,
+    pub silo: SiloId,
+    pub strategy: &'static str,
+    /// The epoch of a stale entry (on a dead silo) that this one replaces; the replacement only
+    /// happens if that exact entry is still there.
+    pub replaces_epoch: Option<i64>,
+}
+
+/// What a registration attempt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registration {
+    /// This call created the entry.
+    Registered(Activation),
+    /// Another entry got there first (the directory is first-writer-wins); here it is.
+    Existing(Located),
+    /// The chosen silo is no longer active and alive; decide again.
+    SiloUnavailable,
+}
+
+/// Silos declared dead by a sweep, with how many directory entries each released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    pub cluster: String,
+    pub silo: String,
+    pub released: u64,
+}
+
+/// Counts for the gauges on `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub silos_by_status: Vec<(SiloStatus, u64)>,
+    pub directory_entries: u64,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `"postgres"` or `"memory"`, for logs and `/readyz`.
+    fn kind(&self) -> &'static str;
+
+    /// Succeeds when the store can serve requests.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Applies a heartbeat atomically; creates the cluster on its first heartbeat.
+    async fn record_heartbeat(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        now: Millis,
+        update: &HeartbeatUpdate<'_>,
+    ) -> Result<Result<(SiloRecord, Millis), HeartbeatRejection>, StoreError>;
+
+    /// The cluster's silos, or `None` when the cluster has never sent a heartbeat.
+    async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError>;
+
+    /// Removes a silo that leaves gracefully, releasing its activations; `None` when unknown.
+    async fn remove_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Directory entries of these grains (absent grains are left out).
+    async fn lookup(
+        &self,
+        cluster: &ClusterName,
+        grains: &[GrainId],
+        now: Millis,
+    ) -> Result<Vec<Located>, StoreError>;
+
+    /// Registers new activations, one result per entry, in order. Each registration succeeds only if
+    /// no live entry exists for the grain and the chosen silo is active and alive at `now`.
+    async fn register(
+        &self,
+        cluster: &ClusterName,
+        entries: &[NewActivation],
+        now: Millis,
+    ) -> Result<Vec<Registration>, StoreError>;
+
+    /// Removes the grain's entry if it is on `silo`; `true` when it did.
+    async fn deactivate(
+        &self,
+        cluster: &ClusterName,
+        grain: &GrainId,
+        silo: &SiloId,
+    ) -> Result<bool, StoreError>;
+
+    /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
+    async fn activations_on(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError>;
+
+    /// Declares every silo silent past its cluster's TTL dead, releases its entries, and forgets
+    /// silos dead for longer than [`DEAD_SILO_RETENTION_MS`]. Idempotent; replicas may race on it.
+    async fn reap(&self, now: Millis) -> Result<Vec<Reaped>, StoreError>;
+
+    /// Counts for metrics.
+    async fn stats(&self) -> Result<StoreStats, StoreError>;
+}

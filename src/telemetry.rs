@@ -1,0 +1,137 @@
+//! Logging and metrics, set up once per process.
+//!
+//! Metric names live in [`metric`] so that every one is declared, described and labelled in one
+//! place. Application metrics share the `oracle_` prefix and use base units; HTTP metrics follow
+//! the conventional `http_requests_total` / `http_request_duration_seconds` names, labelled by route
+//! template, never by ids.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Latency buckets in seconds: from 100 µs (a directory hit on a warm connection) to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// The process's Prometheus recorder, installed on first use. Every app built in this process
+/// (tests build many) renders the same registry.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_duration_seconds".into()),
+                    LATENCY_BUCKETS,
+                )
+                .expect("bucket list is not empty")
+                .install_recorder()
+                .expect("no other metrics recorder is installed in this process");
+            metric::describe();
+            handle
+        })
+        .clone()
+}
+
+/// Every metric the oracle records.
+pub mod metric {
+    use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+
+    use crate::cluster::SiloStatus;
+    use crate::store::StoreStats;
+
+    pub const HTTP_REQUESTS: &str = "http_requests_total";
+    pub const HTTP_DURATION: &str = "http_request_duration_seconds";
+    pub const HEARTBEATS: &str = "oracle_heartbeats_total";
+    pub const PLACEMENTS: &str = "oracle_placements_total";
+    pub const SILOS: &str = "oracle_silos";
+    pub const SILOS_DECLARED_DEAD: &str = "oracle_silos_declared_dead_total";
+    pub const DIRECTORY_ENTRIES: &str = "oracle_directory_entries";
+    pub const STORE_ERRORS: &str = "oracle_store_errors_total";
+
+    pub(super) fn describe() {
+        describe_counter!(
+            HTTP_REQUESTS,
+            "HTTP requests by method, route template and status"
+        );
+        describe_histogram!(
+            HTTP_DURATION,
+            Unit::Seconds,
+            "HTTP request latency by method, route template and status"
+        );
+        describe_counter!(
+            HEARTBEATS,
+            "Silo heartbeats by outcome (accepted, rejected)"
+        );
+        describe_counter!(
+            PLACEMENTS,
+            "Placement answers by strategy and outcome (existing, placed, unplaceable)"
+        );
+        describe_gauge!(
+            SILOS,
+            "Silos by stored status, all clusters, as of the last sweep"
+        );
+        describe_counter!(
+            SILOS_DECLARED_DEAD,
+            "Silos this replica's sweeps declared dead"
+        );
+        describe_gauge!(
+            DIRECTORY_ENTRIES,
+            "Grain directory entries, all clusters, as of the last sweep"
+        );
+        describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
+    }
+
+    pub fn http_request(method: &str, route: &str, status: u16, seconds: f64) {
+        let labels = [
+            ("method", method.to_owned()),
+            ("route", route.to_owned()),
+            ("status", status.to_string()),
+        ];
+        counter!(HTTP_REQUESTS, &labels).increment(1);
+        metrics::histogram!(HTTP_DURATION, &labels).record(seconds);
+    }
+
+    pub fn heartbeat(outcome: &'static str) {
+        counter!(HEARTBEATS, "outcome" => outcome).increment(1);
+    }
+
+    pub fn placement(strategy: &str, outcome: &'static str) {
+        counter!(PLACEMENTS, "strategy" => strategy.to_owned(), "outcome" => outcome).increment(1);
+    }
+
+    pub fn store_error(operation: &'static str) {
+        counter!(STORE_ERRORS, "operation" => operation).increment(1);
+    }
+
+    pub fn silos_declared_dead(n: u64) {
+        counter!(SILOS_DECLARED_DEAD).increment(n);
+    }
+
+    pub fn store_gauges(stats: &StoreStats) {
+        for status in SiloStatus::ALL {
+            let n = stats
+                .silos_by_status
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            gauge!(SILOS, "status" => status.as_str()).set(n as f64);
+        }
+        gauge!(DIRECTORY_ENTRIES).set(stats.directory_entries as f64);
+    }
+}
