@@ -1,0 +1,340 @@
+//! Building the app in-process against either store, with an injected clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use placement_oracle::clock::ManualClock;
+use placement_oracle::oracle::Oracle;
+use placement_oracle::store::memory::MemoryStore;
+use placement_oracle::store::postgres::PostgresStore;
+use placement_oracle::store::Store;
+use placement_oracle::{app, telemetry, AppState, Limits};
+use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection};
+use tower::ServiceExt;
+
+/// The silo TTL every test app uses.
+pub const TTL_MS: i64 = 10_000;
+/// Where every test clock starts (2023-11-14T22:13:20Z).
+pub const START_MS: i64 = 1_700_000_000_000;
+/// Which store an app runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Postgres,
+}
+
+/// One oracle replica, driven in-process, working in one cluster.
+#[derive(Clone)]
+pub struct TestApp {
+    pub router: Router,
+    pub oracle: Arc<Oracle>,
+    pub clock: ManualClock,
+    pub cluster: String,
+    /// Keeps a Postgres test's database until the last replica using it is dropped.
+    pub _database: Option<Arc<TestDatabase>>,
+}
+
+/// A fresh cluster name per test, so tests sharing a database never see each other.
+pub fn unique_cluster() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() % 1_000_000_000_000;
+    format!(
+        "t{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The server URL of the test Postgres (without a database name).
+fn server_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_owned())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// Test databases are named `po_test_<pid>_<n>`, so leftovers of a crashed run can be told apart.
+const DATABASE_PREFIX: &str = "po_test_";
+
+/// A database of its own for one test (like `#[sqlx::test]`): nothing another test does — not even
+/// a membership sweep, which spans every cluster — can reach it. Dropped with the last reference.
+pub struct TestDatabase {
+    pub name: String,
+    server: String,
+}
+
+impl TestDatabase {
+    /// Creates an empty database. Panics with instructions when no Postgres is reachable: these
+    /// tests never pass by skipping.
+    pub async fn create_empty() -> Arc<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let server = server_url();
+        let mut admin = admin_connection(&server).await;
+        drop_leftovers(&mut admin).await;
+        let name = format!(
+            "{DATABASE_PREFIX}{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE template0"))
+            .execute(&mut admin)
+            .await
+            .expect("create a test database");
+        Arc::new(Self { name, server })
+    }
+
+    /// Creates a database with the oracle's schema.
+    pub async fn create() -> Arc<Self> {
+        let database = Self::create_empty().await;
+        database
+            .store(1)
+            .await
+            .migrate()
+            .await
+            .expect("apply migrations");
+        database
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/{}", self.server, self.name)
+    }
+
+    /// A store with its own pool on this database: one per oracle replica.
+    pub async fn store(&self, pool_size: u32) -> PostgresStore {
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(&self.url())
+            .await
+            .expect("connect to the test database");
+        PostgresStore::from_pool(pool, TTL_MS)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        // Drop runs inside a test's runtime, which cannot be blocked on; a thread of its own can.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut admin = admin_connection(&server).await;
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await;
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+async fn admin_connection(server: &str) -> PgConnection {
+    PgConnection::connect(&format!("{server}/postgres"))
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "\n\nThe Postgres tests need a server and none answered at {server} ({error}).\n\
+                 Start one (e.g. `pg_ctlcluster 15 main start`, or \
+                 `docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16`),\n\
+                 or point TEST_DATABASE_URL at a server whose user may create databases \
+                 (e.g. postgres://postgres@127.0.0.1:5432).\n\n"
+            )
+        })
+}
+
+/// Drops test databases left behind by test processes that no longer run.
+async fn drop_leftovers(admin: &mut PgConnection) {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE $1")
+            .bind(format!("{DATABASE_PREFIX}%"))
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        let pid = name[DATABASE_PREFIX.len()..]
+            .split('_')
+            .next()
+            .unwrap_or_default();
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut *admin)
+                .await;
+        }
+    }
+}
+
+impl TestApp {
+    pub async fn new(backend: Backend) -> Self {
+        match backend {
+            Backend::Memory => Self::with_store(
+                Arc::new(MemoryStore::new(TTL_MS)),
+                None,
+                unique_cluster(),
+                42,
+                1_048_576,
+            ),
+            Backend::Postgres => {
+                let database = TestDatabase::create().await;
+                let store = Arc::new(database.store(4).await);
+                Self::with_store(store, Some(database), unique_cluster(), 42, 1_048_576)
+            }
+        }
+    }
+
+    /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`, its
+    /// clock at [`START_MS`]. Several on one Postgres store act as several oracle replicas.
+    pub fn with_store(
+        store: Arc<dyn Store>,
+        database: Option<Arc<TestDatabase>>,
+        cluster: String,
+        seed: u64,
+        body_limit_bytes: usize,
+    ) -> Self {
+        let clock = ManualClock::starting_at(START_MS);
+        let oracle = Arc::new(Oracle::new(store, Arc::new(clock.clone()), Some(seed)));
+        let state = AppState {
+            oracle: oracle.clone(),
+            metrics: telemetry::metrics_handle(),
+        };
+        let limits = Limits {
+            request_timeout: Duration::from_secs(30),
+            body_limit_bytes,
+        };
+        Self {
+            router: app(state, limits),
+            oracle,
+            clock,
+            cluster,
+            _database: database,
+        }
+    }
+
+    /// `/v1/clusters/{cluster}{rest}`.
+    pub fn path(&self, rest: &str) -> String {
+        format!("/v1/clusters/{}{rest}", self.cluster)
+    }
+
+    /// Sends a request; the body, when given, goes as JSON.
+    pub async fn send(&self, method: Method, uri: &str, body: Option<Value>) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        let body = match body {
+            Some(value) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                Body::from(value.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send_request(request.body(body).unwrap()).await
+    }
+
+    pub async fn send_request(&self, request: Request<Body>) -> Reply {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn get(&self, rest: &str) -> Reply {
+        self.send(Method::GET, &self.path(rest), None).await
+    }
+
+    pub async fn post(&self, rest: &str, body: Value) -> Reply {
+        self.send(Method::POST, &self.path(rest), Some(body)).await
+    }
+
+    pub async fn delete(&self, rest: &str) -> Reply {
+        self.send(Method::DELETE, &self.path(rest), None).await
+    }
+
+    /// A heartbeat for `silo` with `fields` merged in; asserts it was accepted.
+    pub async fn heartbeat(&self, silo: &str, fields: Value) -> Value {
+        let reply = self.try_heartbeat(silo, fields).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "heartbeat of {silo}: {}",
+            reply.body
+        );
+        reply.body
+    }
+
+    pub async fn try_heartbeat(&self, silo: &str, fields: Value) -> Reply {
+        let mut body = json!({ "silo": silo });
+        if let Value::Object(extra) = fields {
+            body.as_object_mut().unwrap().extend(extra);
+        }
+        self.post("/heartbeats", body).await
+    }
+
+    /// Places one grain; asserts success and returns the answer.
+    pub async fn place(&self, grain: &str) -> Value {
+        let reply = self.post("/placements", json!({ "grain": grain })).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "placing {grain}: {}",
+            reply.body
+        );
+        reply.body
+    }
+}
+
+/// A response, its body parsed as JSON where it is JSON.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts a problem+json answer with this status and returns the problem.
+    pub fn problem(&self, status: StatusCode) -> &Value {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(
+            self.headers
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap()),
+            Some("application/problem+json"),
+            "body: {}",
+            self.body
+        );
+        assert_eq!(self.body["status"], status.as_u16(), "body: {}", self.body);
+        assert!(self.body["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("urn:placement-oracle:problem:"));
+        &self.body
+    }
+
+    /// The fields a 422 problem names.
+    pub fn invalid_fields(&self) -> Vec<String> {
+        self.problem(StatusCode::UNPROCESSABLE_ENTITY)["errors"]
+            .as_array()
+            .expect("a 422 problem lists its errors")
+            .iter()
+            .map(|e| e["field"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}

@@ -1,0 +1,202 @@
+//! Several oracle replicas on one Postgres: the store, not a cache, keeps one activation per grain.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use placement_oracle::store::postgres::PostgresStore;
+use placement_oracle::store::Store;
+use serde_json::{json, Value};
+use tokio::task::JoinSet;
+
+use crate::helpers::{unique_cluster, TestApp, TestDatabase};
+
+const CALLERS_PER_GRAIN: usize = 8;
+
+/// Two replicas, each with its own connection pool and its own RNG seed, serving one cluster.
+async fn two_replicas() -> (TestApp, TestApp, PostgresStore) {
+    let database = TestDatabase::create().await;
+    let cluster = unique_cluster();
+    let replica = |store, seed| {
+        TestApp::with_store(
+            Arc::new(store),
+            Some(database.clone()),
+            cluster.clone(),
+            seed,
+            1 << 20,
+        )
+    };
+    let a = replica(database.store(8).await, 1);
+    let b = replica(database.store(8).await, 2);
+    for i in 1..=5 {
+        a.heartbeat(&format!("10.0.0.{i}:11111@1"), json!({})).await;
+    }
+    (a, b, database.store(1).await)
+}
+
+async fn directory_rows(store: &PostgresStore, cluster: &str, grains: &[String]) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM activations WHERE cluster = $1 AND grain = ANY($2)")
+        .bind(cluster)
+        .bind(grains)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_racing_on_the_same_new_grains_return_one_silo_per_grain() {
+    let (a, b, check) = two_replicas().await;
+    for round in 0..5 {
+        let grains: Vec<String> = (0..40).map(|i| format!("user/r{round}-{i}")).collect();
+        let mut callers = JoinSet::new();
+        for grain in &grains {
+            for caller in 0..CALLERS_PER_GRAIN {
+                let replica = if caller % 2 == 0 {
+                    a.clone()
+                } else {
+                    b.clone()
+                };
+                let grain = grain.clone();
+                callers.spawn(async move { (grain.clone(), replica.place(&grain).await) });
+            }
+        }
+        let mut answers: HashMap<String, Vec<Value>> = HashMap::new();
+        while let Some(joined) = callers.join_next().await {
+            let (grain, answer) = joined.unwrap();
+            answers.entry(grain).or_default().push(answer);
+        }
+        for (grain, answers) in &answers {
+            let silos: HashSet<&str> = answers
+                .iter()
+                .map(|a| a["silo"].as_str().unwrap())
+                .collect();
+            let epochs: HashSet<i64> = answers
+                .iter()
+                .map(|a| a["epoch"].as_i64().unwrap())
+                .collect();
+            let placed = answers.iter().filter(|a| a["outcome"] == "placed").count();
+            assert_eq!(silos.len(), 1, "{grain} got several silos: {silos:?}");
+            assert_eq!(
+                epochs.len(),
+                1,
+                "{grain} got several activations: {epochs:?}"
+            );
+            assert_eq!(placed, 1, "{grain} was placed {placed} times");
+        }
+        assert_eq!(directory_rows(&check, &a.cluster, &grains).await, 40);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_racing_on_overlapping_batches_agree_and_never_deadlock() {
+    let (a, b, check) = two_replicas().await;
+    for round in 0..5 {
+        let grains: Vec<String> = (0..200).map(|i| format!("order/r{round}-{i}")).collect();
+        let forward: Vec<Value> = grains.iter().map(|g| json!({ "grain": g })).collect();
+        let backward: Vec<Value> = forward.iter().rev().cloned().collect();
+        let mut batches = JoinSet::new();
+        for (replica, body) in [
+            (a.clone(), forward.clone()),
+            (b.clone(), backward),
+            (b.clone(), forward),
+        ] {
+            batches.spawn(async move {
+                let reply = replica
+                    .post("/placements/batch", json!({ "placements": body }))
+                    .await;
+                assert_eq!(reply.status, 200, "{}", reply.body);
+                reply.body["results"].as_array().unwrap().clone()
+            });
+        }
+        let mut silo_of: HashMap<String, HashSet<String>> = HashMap::new();
+        while let Some(results) = batches.join_next().await {
+            for result in results.unwrap() {
+                silo_of
+                    .entry(result["grain"].as_str().unwrap().to_owned())
+                    .or_default()
+                    .insert(result["placement"]["silo"].as_str().unwrap().to_owned());
+            }
+        }
+        assert_eq!(silo_of.len(), 200);
+        assert!(
+            silo_of.values().all(|silos| silos.len() == 1),
+            "a grain got several silos"
+        );
+        assert_eq!(directory_rows(&check, &a.cluster, &grains).await, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grain_on_a_dead_silo_is_replaced_once_when_replicas_race() {
+    let (a, b, _check) = two_replicas().await;
+    a.heartbeat("doomed@1", json!({})).await;
+    let first = a
+        .post(
+            "/placements",
+            json!({ "grain": "user/phoenix", "hint": "doomed@1" }),
+        )
+        .await
+        .body;
+    assert_eq!(first["silo"], "doomed@1");
+
+    // Every other silo keeps beating; doomed@1 stays silent for the whole TTL (both clocks move).
+    let half = crate::helpers::TTL_MS / 2;
+    for replica in [&a, &b] {
+        replica.clock.advance_ms(half);
+    }
+    for i in 1..=5 {
+        a.heartbeat(&format!("10.0.0.{i}:11111@1"), json!({})).await;
+    }
+    for replica in [&a, &b] {
+        replica.clock.advance_ms(half);
+    }
+    let mut callers = JoinSet::new();
+    for caller in 0..16 {
+        let replica = if caller % 2 == 0 {
+            a.clone()
+        } else {
+            b.clone()
+        };
+        callers.spawn(async move { replica.place("user/phoenix").await });
+    }
+    let mut answers = Vec::new();
+    while let Some(answer) = callers.join_next().await {
+        answers.push(answer.unwrap());
+    }
+    let silos: HashSet<&str> = answers
+        .iter()
+        .map(|a| a["silo"].as_str().unwrap())
+        .collect();
+    assert_eq!(silos.len(), 1, "{silos:?}");
+    assert!(!silos.contains("doomed@1"));
+    assert_eq!(
+        answers.iter().filter(|a| a["outcome"] == "placed").count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
+    let database = TestDatabase::create_empty().await;
+    let mut replicas = JoinSet::new();
+    for _ in 0..4 {
+        let url = database.url();
+        replicas.spawn(async move {
+            let store = PostgresStore::connect(&url, 2, 10_000).await.unwrap();
+            store.migrate().await.unwrap();
+            store.ping().await.unwrap();
+            store
+        });
+    }
+    let mut stores = Vec::new();
+    while let Some(store) = replicas.join_next().await {
+        stores.push(store.unwrap());
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(stores[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        applied,
+        placement_oracle::store::postgres::MIGRATOR.iter().count() as i64
+    );
+}
