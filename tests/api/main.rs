@@ -7,5 +7,6 @@
 mod helpers;
 mod inputs;
 mod openapi;
+mod ops;
 mod replicas;
 mod store_suite;

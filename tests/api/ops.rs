@@ -1,0 +1,122 @@
+//! Operations endpoints and the server's lifecycle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use placement_oracle::config::Config;
+use placement_oracle::store::memory::MemoryStore;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, TTL_MS};
+
+#[tokio::test]
+async fn health_and_readiness_name_the_store() {
+    for backend in [Backend::Memory, Backend::Postgres] {
+        let app = TestApp::new(backend).await;
+        let kind = if backend == Backend::Memory {
+            "memory"
+        } else {
+            "postgres"
+        };
+        let health = app.send(Method::GET, "/healthz", None).await;
+        assert_eq!(
+            (health.status, health.body["store"].as_str()),
+            (StatusCode::OK, Some(kind))
+        );
+        let ready = app.send(Method::GET, "/readyz", None).await;
+        assert_eq!(
+            (ready.status, ready.body["status"].as_str()),
+            (StatusCode::OK, Some("ready"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
+    let database = TestDatabase::create().await;
+    let store = database.store(1).await;
+    store.pool().close().await;
+    let app = TestApp::with_store(
+        Arc::new(store),
+        Some(database),
+        unique_cluster(),
+        1,
+        1 << 20,
+    );
+    let ready = app.send(Method::GET, "/readyz", None).await;
+    assert_eq!(
+        ready.problem(StatusCode::SERVICE_UNAVAILABLE)["type"],
+        "urn:placement-oracle:problem:store-unavailable"
+    );
+    assert!(
+        !ready.body.to_string().contains("pool"),
+        "internal details stay in the log: {}",
+        ready.body
+    );
+    let health = app.send(Method::GET, "/healthz", None).await;
+    assert_eq!(health.status, StatusCode::OK, "the process itself is alive");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template_and_domain_events() {
+    let app = TestApp::new(Backend::Memory).await;
+    app.heartbeat("a@1", json!({})).await;
+    app.place("user/metrics-test").await;
+    app.place("user/metrics-test").await;
+    app.get("/activations/user/metrics-test").await;
+    app.oracle.sweep().await.unwrap();
+
+    let reply = app.send(Method::GET, "/metrics", None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.body.as_str().unwrap();
+    for expected in [
+        r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="200"}"#,
+        r#"http_request_duration_seconds_bucket{method="GET",route="/v1/clusters/{cluster}/activations/{*grain}",status="200",le="0.005"}"#,
+        r#"oracle_heartbeats_total{outcome="accepted"}"#,
+        r#"oracle_placements_total{strategy="random",outcome="placed"}"#,
+        r#"oracle_placements_total{strategy="random",outcome="existing"}"#,
+        r#"oracle_silos{status="active"}"#,
+        "oracle_directory_entries",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    assert!(!text.contains("metrics-test"), "ids never become labels");
+}
+
+/// Sends one HTTP/1.1 request over a real socket and returns the status line.
+async fn status_line(address: std::net::SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn the_server_serves_until_told_to_stop_then_returns() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(placement_oracle::serve(
+        Config::defaults(),
+        Arc::new(MemoryStore::new(TTL_MS)),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    assert_eq!(status_line(address, "/healthz").await, "HTTP/1.1 200 OK");
+    assert_eq!(
+        status_line(address, "/swagger-ui/").await,
+        "HTTP/1.1 200 OK"
+    );
+    stop.send(()).unwrap();
+    let finished = tokio::time::timeout(Duration::from_secs(10), server).await;
+    assert!(
+        matches!(finished, Ok(Ok(Ok(())))),
+        "serve returns cleanly after shutdown"
+    );
+}
