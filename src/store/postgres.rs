@@ -7,11 +7,12 @@
 //! ttl` with `now` from the oracle's clock, so every query agrees with `cluster::silo::is_fresh`.
 
 use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 
@@ -47,10 +48,20 @@ impl PostgresStore {
         pool_size: u32,
         default_silo_ttl_ms: Millis,
     ) -> Result<Self, StoreError> {
+        // Every query here is a short indexed statement whose best plan does not depend on its
+        // parameters. Postgres would otherwise keep planning some of them afresh on each call
+        // (its cost model prefers custom plans for `= ANY($array)`), which measured as 2.4× the
+        // database CPU per directory lookup.
+        let options =
+            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            // sqlx pings every connection before handing it out by default: a second round trip
+            // on every query. A connection that broke since its last use fails its query instead
+            // (answered 503, retried by the client) and is replaced.
+            .test_before_acquire(false)
+            .connect_with(options)
             .await?;
         Ok(Self::from_pool(pool, default_silo_ttl_ms))
     }
