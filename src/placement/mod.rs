@@ -80,6 +80,7 @@ pub struct Explanation {
     /// Known silos that were not candidates, with the reason.
     pub excluded: Vec<Excluded>,
     /// What the placement hint did, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
     pub rule: Rule,
 }
