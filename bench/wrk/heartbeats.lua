@@ -1,0 +1,14 @@
+-- Heartbeats from BENCH_SILOS silos in turn, with changing load figures.
+local cluster = os.getenv("BENCH_CLUSTER") or "bench"
+local silos = tonumber(os.getenv("BENCH_SILOS") or "10")
+local counter = 0
+
+request = function()
+  counter = counter + 1
+  local silo = counter % silos
+  local body = string.format(
+    '{"silo":"10.0.%d.%d:11111@1","cpu_usage":%d,"memory_usage_bytes":%d,"max_available_memory_bytes":16000000000,"activation_count":%d,"recent_activation_count":%d}',
+    math.floor(silo / 250), silo % 250, counter % 100, 4000000000 + counter % 1000, 1000 + counter % 500, counter % 300)
+  return wrk.format("POST", "/v1/clusters/" .. cluster .. "/heartbeats",
+    { ["Content-Type"] = "application/json" }, body)
+end
