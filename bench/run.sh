@@ -18,6 +18,7 @@ PORT=${PORT:-18080}
 SERVER=${BENCH_DATABASE_SERVER:-postgres://postgres@127.0.0.1:5432}
 DATABASE=placement_oracle_bench
 export BENCH_CLUSTER=bench BENCH_SILOS=10 BENCH_GRAINS=20000 BENCH_RUN=$$
+export BENCH_HEARTBEAT_CLUSTER=heartbeats BENCH_HEARTBEAT_SILOS=1000
 
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
 psql "$SERVER/postgres" -qAtc 'SELECT 1' >/dev/null || { echo "no Postgres at $SERVER" >&2; exit 1; }
@@ -26,7 +27,7 @@ cargo build --release --quiet
 psql "$SERVER/postgres" -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
 
 DATABASE_URL="$SERVER/$DATABASE" ORACLE_LISTEN="127.0.0.1:$PORT" ORACLE_SILO_TTL_MS=3600000 \
-  RUST_LOG=warn ./target/release/placement-oracle serve &
+  RUST_LOG=${RUST_LOG:-info} ./target/release/placement-oracle serve &
 ORACLE=$!
 trap 'kill $ORACLE 2>/dev/null; wait $ORACLE 2>/dev/null || true' EXIT
 BASE="http://127.0.0.1:$PORT"

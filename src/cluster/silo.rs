@@ -146,6 +146,18 @@ impl SiloRecord {
     }
 }
 
+/// Whether a silo's new record changes what placement decides on beyond load figures: a new silo,
+/// a new status, or a change in what it hosts or how it is labelled.
+pub fn changes_membership(previous: Option<&SiloRecord>, next: &SiloRecord) -> bool {
+    previous.is_none_or(|previous| {
+        previous.status != next.status
+            || previous.profile.address != next.profile.address
+            || previous.profile.role != next.profile.role
+            || previous.profile.metadata != next.profile.metadata
+            || previous.profile.grain_types != next.profile.grain_types
+    })
+}
+
 /// The liveness rule, in one place: a heartbeat keeps a silo alive for strictly less than the TTL.
 pub fn is_fresh(last_heartbeat_ms: Millis, now: Millis, silo_ttl_ms: Millis) -> bool {
     now.saturating_sub(last_heartbeat_ms) < silo_ttl_ms

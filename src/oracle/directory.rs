@@ -5,11 +5,13 @@
 //! callers race, the store keeps the first registration and hands it to the other.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{Oracle, OracleError};
+use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
-use crate::placement::{self, ClusterView, Explanation, PlacementError, PlacementInput, Strategy};
-use crate::store::{Activation, NewActivation, Registration};
+use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
+use crate::store::{Activation, Located, NewActivation, Registration, Store, StoreError};
 use crate::telemetry::metric;
 
 /// How many times a batch is decided again after its chosen silos vanished between the decision
@@ -69,36 +71,36 @@ impl Oracle {
         let mut results = self
             .place_many(cluster, std::slice::from_ref(&request))
             .await?;
-        Ok(results.pop().expect("one result per request")?)
+        results.pop().expect("one result per request")
     }
 
-    /// Places many grains with a handful of store round trips whatever their number: one lookup,
-    /// one membership read and one registration (more only when races or dying silos intervene).
-    /// Grains must be distinct. Each grain gets its own result; a cluster-wide failure fails all.
+    /// Places many grains. Lookups and registrations go through the batchers, so a call costs a
+    /// lookup and a registration however many grains it carries (more only when races or dying
+    /// silos intervene), and concurrent calls share them. Grains must be distinct. Each grain gets
+    /// its own result; a failure of the whole cluster (unknown, store down) fails the call.
     pub async fn place_many(
         &self,
         cluster: &ClusterName,
         requests: &[PlaceRequest],
-    ) -> Result<Vec<Result<Placement, PlacementError>>, OracleError> {
-        let now = self.clock.now_ms();
-        let grains: Vec<GrainId> = requests.iter().map(|r| r.grain.clone()).collect();
+    ) -> Result<Vec<Result<Placement, OracleError>>, OracleError> {
         let found = self
-            .store
-            .lookup(cluster, &grains, now)
+            .lookups
+            .call_many(
+                requests
+                    .iter()
+                    .map(|r| (cluster.clone(), r.grain.clone()))
+                    .collect(),
+            )
             .await
             .inspect_err(|_| metric::store_error("lookup"))?;
-        let mut found: HashMap<String, _> = found
-            .into_iter()
-            .map(|l| (l.activation.grain.clone(), l))
-            .collect();
 
-        let mut results: Vec<Option<Result<Placement, PlacementError>>> =
-            vec![None; requests.len()];
+        let mut results: Vec<Option<Result<Placement, OracleError>>> =
+            (0..requests.len()).map(|_| None).collect();
         let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
-        for (i, request) in requests.iter().enumerate() {
-            match found.remove(request.grain.as_str()) {
+        for (i, located) in found.into_iter().enumerate() {
+            match located {
                 Some(located) if located.live => {
-                    results[i] = Some(Ok(existing(located.activation)));
+                    results[i] = Some(Ok(existing(located.activation)))
                 }
                 Some(located) => {
                     stale_epochs.insert(i, located.activation.epoch);
@@ -107,23 +109,21 @@ impl Oracle {
             }
         }
 
-        for _ in 0..MAX_PLACEMENT_ROUNDS {
+        for round in 0..MAX_PLACEMENT_ROUNDS {
             let pending: Vec<usize> = (0..requests.len())
                 .filter(|&i| results[i].is_none())
                 .collect();
             if pending.is_empty() {
                 break;
             }
-            let membership = self
-                .store
-                .membership(cluster)
-                .await
-                .inspect_err(|_| metric::store_error("membership"))?
-                .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+            // The first round may decide on a recent membership read. A later round exists only
+            // because a chosen silo vanished or nothing fitted, so it reads afresh: a grain is
+            // declared unplaceable only on a fresh read.
+            let (membership, cached) = self.membership_for_placement(cluster, round > 0).await?;
             let view = ClusterView {
                 now: self.clock.now_ms(),
                 silo_ttl_ms: membership.silo_ttl_ms,
-                silos: membership.silos,
+                silos: membership.silos.clone(),
             };
 
             let mut attempts = Vec::with_capacity(pending.len());
@@ -153,20 +153,25 @@ impl Oracle {
                             },
                         ));
                     }
+                    Err(_) if cached => {}
                     Err(error) => {
                         metric::placement(strategy.as_str(), "unplaceable");
-                        results[i] = Some(Err(error));
+                        results[i] = Some(Err(error.into()));
                     }
                 }
             }
             if attempts.is_empty() {
-                break;
+                continue;
             }
 
-            let entries: Vec<NewActivation> = attempts.iter().map(|(_, e)| e.clone()).collect();
             let registrations = self
-                .store
-                .register(cluster, &entries, view.now)
+                .registrations
+                .call_many(
+                    attempts
+                        .iter()
+                        .map(|(_, entry)| (cluster.clone(), entry.clone()))
+                        .collect(),
+                )
                 .await
                 .inspect_err(|_| metric::store_error("register"))?;
             for ((i, entry), registration) in attempts.into_iter().zip(registrations) {
@@ -190,14 +195,14 @@ impl Oracle {
             }
         }
 
-        results
+        Ok(results
             .into_iter()
             .map(|result| {
-                result.ok_or(OracleError::Store(crate::store::StoreError::Contended(
+                result.unwrap_or(Err(OracleError::Store(StoreError::Contended(
                     MAX_PLACEMENT_ROUNDS as u32,
-                )))
+                ))))
             })
-            .collect()
+            .collect())
     }
 
     /// The grain's live activation.
@@ -206,13 +211,11 @@ impl Oracle {
         cluster: &ClusterName,
         grain: &GrainId,
     ) -> Result<Activation, OracleError> {
-        let now = self.clock.now_ms();
-        self.store
-            .lookup(cluster, std::slice::from_ref(grain), now)
+        self.lookups
+            .call((cluster.clone(), grain.clone()))
             .await
             .inspect_err(|_| metric::store_error("lookup"))?
-            .into_iter()
-            .find(|located| located.live)
+            .filter(|located| located.live)
             .map(|located| located.activation)
             .ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
@@ -272,4 +275,77 @@ fn existing(activation: Activation) -> Placement {
         outcome: Outcome::Existing,
         explanation: None,
     }
+}
+
+/// Groups queued calls by cluster, preserving each call's position.
+fn by_cluster<T>(calls: &[(ClusterName, T)]) -> HashMap<&ClusterName, Vec<usize>> {
+    let mut groups: HashMap<&ClusterName, Vec<usize>> = HashMap::new();
+    for (i, (cluster, _)) in calls.iter().enumerate() {
+        groups.entry(cluster).or_default().push(i);
+    }
+    groups
+}
+
+/// One batched lookup: a store call per cluster in the batch, liveness judged at `now`.
+pub(super) async fn lookup_batch(
+    store: Arc<dyn Store>,
+    now: Millis,
+    calls: Vec<(ClusterName, GrainId)>,
+) -> Result<Vec<Option<Located>>, StoreError> {
+    let mut answers = vec![None; calls.len()];
+    for (cluster, positions) in by_cluster(&calls) {
+        let grains: Vec<GrainId> = positions.iter().map(|&i| calls[i].1.clone()).collect();
+        let mut found: HashMap<String, Located> = store
+            .lookup(cluster, &grains, now)
+            .await?
+            .into_iter()
+            .map(|located| (located.activation.grain.clone(), located))
+            .collect();
+        for &i in &positions {
+            answers[i] = found.remove(calls[i].1.as_str());
+        }
+    }
+    Ok(answers)
+}
+
+/// One batched registration: a store call per cluster. A grain queued twice (two concurrent
+/// placements of one new grain) is registered once; the later call gets the first one's activation
+/// as an existing one, exactly as if it had lost the race in the database.
+pub(super) async fn register_batch(
+    store: Arc<dyn Store>,
+    now: Millis,
+    calls: Vec<(ClusterName, NewActivation)>,
+) -> Result<Vec<Registration>, StoreError> {
+    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
+    for (cluster, positions) in by_cluster(&calls) {
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        let mut unique = Vec::new();
+        let mut duplicates = Vec::new();
+        for &i in &positions {
+            match first_of.get(calls[i].1.grain.as_str()) {
+                Some(&first) => duplicates.push((i, first)),
+                None => {
+                    first_of.insert(calls[i].1.grain.as_str(), i);
+                    unique.push(i);
+                }
+            }
+        }
+        let entries: Vec<NewActivation> = unique.iter().map(|&i| calls[i].1.clone()).collect();
+        for (&i, registration) in unique
+            .iter()
+            .zip(store.register(cluster, &entries, now).await?)
+        {
+            answers[i] = registration;
+        }
+        for (i, first) in duplicates {
+            answers[i] = match &answers[first] {
+                Registration::Registered(activation) => Registration::Existing(Located {
+                    activation: activation.clone(),
+                    live: true,
+                }),
+                other => other.clone(),
+            };
+        }
+    }
+    Ok(answers)
 }

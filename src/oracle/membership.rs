@@ -1,7 +1,10 @@
 //! Heartbeats and membership.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::{Oracle, OracleError};
 use crate::clock::Millis;
+use crate::cluster::silo::changes_membership;
 use crate::cluster::{heartbeat, ClusterName, Heartbeat, SiloId, SiloRecord, SiloStatus};
 use crate::telemetry::metric;
 
@@ -27,8 +30,11 @@ impl Oracle {
         heartbeat: Heartbeat,
     ) -> Result<SiloSnapshot, OracleError> {
         let now = self.clock.now_ms();
+        let membership_changed = AtomicBool::new(false);
         let update = |previous: Option<&SiloRecord>, ttl: Millis| {
-            heartbeat::apply(&heartbeat, previous, now, ttl)
+            let next = heartbeat::apply(&heartbeat, previous, now, ttl)?;
+            membership_changed.store(changes_membership(previous, &next), Ordering::Relaxed);
+            Ok(next)
         };
         let outcome = self
             .store
@@ -38,6 +44,11 @@ impl Oracle {
         match outcome {
             Ok((record, silo_ttl_ms)) => {
                 metric::heartbeat("accepted");
+                // Fresh load figures alone need not reach this replica's next decision at once;
+                // a new silo or a new status must.
+                if membership_changed.load(Ordering::Relaxed) {
+                    self.forget_membership(cluster);
+                }
                 Ok(SiloSnapshot {
                     record,
                     now,
@@ -98,6 +109,7 @@ impl Oracle {
                 cluster: cluster.to_string(),
                 silo: silo.to_string(),
             })?;
+        self.forget_membership(cluster);
         tracing::info!(%cluster, %silo, released, "silo left");
         Ok(released)
     }

@@ -2,11 +2,14 @@
 //! domain. HTTP handlers (and anything else that drives the oracle) call these methods and only
 //! translate inputs and outputs.
 
+mod batcher;
 mod directory;
 mod membership;
 mod sweeper;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -16,9 +19,21 @@ pub use membership::SiloSnapshot;
 pub use sweeper::run_sweeper;
 
 use crate::clock::Clock;
-use crate::cluster::HeartbeatRejection;
+use crate::cluster::{ClusterName, GrainId, HeartbeatRejection};
 use crate::placement::PlacementError;
-use crate::store::{Store, StoreError};
+use crate::store::{Located, Membership, NewActivation, Registration, Store, StoreError};
+use crate::telemetry::metric;
+use batcher::Batcher;
+
+/// Most grains one batched lookup or registration carries.
+const MAX_BATCH: usize = 1_000;
+/// Batched store calls of one kind in flight at once.
+const BATCHES_IN_FLIGHT: usize = 4;
+/// How long a placement may decide against a membership read by an earlier placement. Correctness
+/// does not depend on it: registration re-checks the chosen silo in the same statement that
+/// inserts, and a placement that finds its silo gone decides again on a fresh read. It only bounds
+/// how stale the load figures behind a decision may be (Orleans publishes them once a second).
+const MEMBERSHIP_MAX_AGE: Duration = Duration::from_millis(250);
 
 /// Why a use case could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -44,20 +59,40 @@ pub struct Oracle {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     /// One seeded generator for every random decision of this process. Seeded from the OS in
-    /// production; tests pass a seed and get the same decisions every run.
+    /// production; with a seed, a given sequence of requests gets the same decisions every run.
     rng: Mutex<ChaCha8Rng>,
+    lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
+    registrations: Batcher<(ClusterName, NewActivation), Registration>,
+    memberships: Mutex<HashMap<ClusterName, (Instant, Arc<Membership>)>>,
 }
 
 impl Oracle {
+    /// Builds the oracle and starts its batching tasks (so it must be called inside a Tokio
+    /// runtime).
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, seed: Option<u64>) -> Self {
         let rng = match seed {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_entropy(),
         };
+        let lookups = {
+            let (store, clock) = (store.clone(), clock.clone());
+            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
+                directory::lookup_batch(store.clone(), clock.now_ms(), calls)
+            })
+        };
+        let registrations = {
+            let (store, clock) = (store.clone(), clock.clone());
+            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
+                directory::register_batch(store.clone(), clock.now_ms(), calls)
+            })
+        };
         Self {
             store,
             clock,
             rng: Mutex::new(rng),
+            lookups,
+            registrations,
+            memberships: Mutex::default(),
         }
     }
 
@@ -71,5 +106,45 @@ impl Oracle {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut rng)
+    }
+
+    fn cached_memberships(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ClusterName, (Instant, Arc<Membership>)>> {
+        self.memberships
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The cluster's membership for a placement decision: a read at most [`MEMBERSHIP_MAX_AGE`]
+    /// old unless `fresh` is asked for. Says whether it came from the cache.
+    async fn membership_for_placement(
+        &self,
+        cluster: &ClusterName,
+        fresh: bool,
+    ) -> Result<(Arc<Membership>, bool), OracleError> {
+        if !fresh {
+            if let Some((read_at, membership)) = self.cached_memberships().get(cluster) {
+                if read_at.elapsed() < MEMBERSHIP_MAX_AGE {
+                    return Ok((membership.clone(), true));
+                }
+            }
+        }
+        let membership = self
+            .store
+            .membership(cluster)
+            .await
+            .inspect_err(|_| metric::store_error("membership"))?
+            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+        let membership = Arc::new(membership);
+        self.cached_memberships()
+            .insert(cluster.clone(), (Instant::now(), membership.clone()));
+        Ok((membership, false))
+    }
+
+    /// Drops this replica's cached membership after it changed it, so its next decision sees the
+    /// change (other replicas see it within [`MEMBERSHIP_MAX_AGE`]).
+    fn forget_membership(&self, cluster: &ClusterName) {
+        self.cached_memberships().remove(cluster);
     }
 }

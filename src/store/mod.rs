@@ -9,6 +9,8 @@
 pub mod memory;
 pub mod postgres;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::clock::Millis;
@@ -19,16 +21,29 @@ use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecor
 pub const DEAD_SILO_RETENTION_MS: Millis = 60 * 60 * 1000;
 
 /// A failure of the store itself (never of the caller's input). Logged, counted and answered as 503.
-#[derive(Debug, thiserror::Error)]
+/// Cloneable, because one failed batched query fails every request in the batch.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(Arc<sqlx::Error>),
     #[error("database migration failed: {0}")]
-    Migration(#[from] sqlx::migrate::MigrateError),
+    Migration(Arc<sqlx::migrate::MigrateError>),
     #[error("stored data is not what this version expects: {0}")]
     Corrupt(String),
     #[error("gave up after {0} attempts that lost to concurrent writers")]
     Contended(u32),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Database(Arc::new(error))
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        Self::Migration(Arc::new(error))
+    }
 }
 
 /// Computes a silo's next record from its current one (absent for a new silo) and the cluster's

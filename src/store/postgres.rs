@@ -28,6 +28,9 @@ use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecor
 /// oracle with concurrent heartbeats for itself could lose this often).
 const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
 
+/// SQLSTATE of a foreign key violation.
+const FOREIGN_KEY_VIOLATION: &str = "23503";
+
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -350,7 +353,17 @@ impl Store for PostgresStore {
         .bind(now)
         .bind(self.default_silo_ttl_ms)
         .fetch_all(&self.pool)
-        .await?;
+        .await;
+        let rows = match rows {
+            // A chosen silo left (its row was deleted) between the liveness check and the foreign
+            // key check: nothing was inserted; every entry is decided again.
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(FOREIGN_KEY_VIOLATION) =>
+            {
+                return Ok(vec![Registration::SiloUnavailable; entries.len()]);
+            }
+            rows => rows?,
+        };
 
         let mut registered: HashMap<String, Activation> = HashMap::with_capacity(rows.len());
         for row in &rows {

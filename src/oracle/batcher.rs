@@ -1,0 +1,145 @@
+//! Coalesces concurrent store calls into batched ones.
+//!
+//! Under load many requests want a directory lookup (or a registration) at the same moment; each
+//! one alone costs a database round trip, and on a small machine the round trips — not the queries
+//! — are the bottleneck. A [`Batcher`] queues those calls and runs whatever has queued as one store
+//! call, with at most a few batches in flight. Nothing waits on a timer: an idle oracle runs a call
+//! the moment it arrives (a batch of one), a busy one batches exactly as much as piled up while the
+//! previous batches ran.
+//!
+//! Correctness is untouched: every call is still answered by the store, by a query that starts
+//! after the call was made, so no answer is older than the request that asked for it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::store::StoreError;
+
+type Reply<O> = oneshot::Sender<Result<O, StoreError>>;
+
+/// A queue in front of one batched store operation taking `I`s and answering one `O` each.
+pub struct Batcher<I, O> {
+    queue: mpsc::UnboundedSender<(I, Reply<O>)>,
+}
+
+impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
+    /// Starts the batching task. `run` gets up to `max_batch` inputs and must answer one output per
+    /// input, in order; at most `max_in_flight` runs overlap. The task ends with the batcher.
+    pub fn spawn<F, Fut>(max_batch: usize, max_in_flight: usize, run: F) -> Self
+    where
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<O>, StoreError>> + Send + 'static,
+    {
+        let (queue, mut incoming) = mpsc::unbounded_channel::<(I, Reply<O>)>();
+        let run = Arc::new(run);
+        let slots = Arc::new(Semaphore::new(max_in_flight));
+        tokio::spawn(async move {
+            loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(first) = incoming.recv().await else {
+                    return;
+                };
+                let mut batch = vec![first];
+                while batch.len() < max_batch {
+                    match incoming.try_recv() {
+                        Ok(job) => batch.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let run = run.clone();
+                tokio::spawn(async move {
+                    let (inputs, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
+                    match run(inputs).await {
+                        Ok(outputs) => {
+                            debug_assert_eq!(outputs.len(), replies.len());
+                            for (reply, output) in replies.into_iter().zip(outputs) {
+                                let _ = reply.send(Ok(output));
+                            }
+                        }
+                        Err(error) => {
+                            for reply in replies {
+                                let _ = reply.send(Err(error.clone()));
+                            }
+                        }
+                    }
+                    drop(slot);
+                });
+            }
+        });
+        Self { queue }
+    }
+
+    /// Queues one input and waits for its output.
+    pub async fn call(&self, input: I) -> Result<O, StoreError> {
+        let mut outputs = self.call_many(vec![input]).await?;
+        Ok(outputs.pop().expect("one output per input"))
+    }
+
+    /// Queues several inputs at once (so they travel in as few batches as possible) and waits for
+    /// their outputs, in order. Fails if any of them failed.
+    pub async fn call_many(&self, inputs: Vec<I>) -> Result<Vec<O>, StoreError> {
+        let mut answers = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let (reply, answer) = oneshot::channel();
+            self.queue
+                .send((input, reply))
+                .map_err(|_| StoreError::Corrupt("the batching task has stopped".into()))?;
+            answers.push(answer);
+        }
+        let mut outputs = Vec::with_capacity(answers.len());
+        for answer in answers {
+            let output = answer
+                .await
+                .map_err(|_| StoreError::Corrupt("a batched store call was dropped".into()))?;
+            outputs.push(output?);
+        }
+        Ok(outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let batcher = Arc::new(Batcher::spawn(64, 1, move |inputs: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::task::yield_now().await;
+                Ok(inputs.into_iter().map(|i| i * 2).collect())
+            }
+        }));
+        let calls: Vec<_> = (0..200u32)
+            .map(|i| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move { (i, batcher.call(i).await.unwrap()) })
+            })
+            .collect();
+        for call in calls {
+            let (i, doubled) = call.await.unwrap();
+            assert_eq!(doubled, i * 2);
+        }
+        let runs = runs.load(Ordering::SeqCst);
+        assert!(runs < 200, "200 concurrent calls ran in {runs} batches");
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_fails_every_call_in_it() {
+        let batcher = Batcher::spawn(8, 1, |_inputs: Vec<u32>| async {
+            Err::<Vec<u32>, _>(StoreError::Contended(1))
+        });
+        assert!(matches!(
+            batcher.call(1).await,
+            Err(StoreError::Contended(1))
+        ));
+    }
+}
