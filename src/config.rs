@@ -87,7 +87,8 @@ pub struct Config {
     #[arg(long, env = "ORACLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
-    /// Seed for every random decision; unset seeds from the OS. Set it to replay decisions exactly.
+    /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
+    /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
     pub rng_seed: Option<u64>,
 }

@@ -25,24 +25,21 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::debug!(?config, "configuration");
 
-    match command {
-        Command::Migrate => {
-            if config.database_url.is_none() {
-                anyhow::bail!(
-                    "`migrate` needs DATABASE_URL: the embedded store has no schema to migrate"
-                );
-            }
-            open_store(&config).await?;
-            tracing::info!("migrations applied");
-            Ok(())
+    if command == Command::Migrate {
+        if config.database_url.is_none() {
+            anyhow::bail!(
+                "`migrate` needs DATABASE_URL: the embedded store has no schema to migrate"
+            );
         }
-        Command::Serve | Command::Openapi => {
-            telemetry::metrics_handle();
-            let store = open_store(&config).await?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
-            serve(config, store, listener, shutdown_signal()).await
-        }
+        open_store(&config).await?;
+        tracing::info!("migrations applied");
+        return Ok(());
     }
+
+    telemetry::metrics_handle();
+    let store = open_store(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    serve(config, store, listener, shutdown_signal()).await
 }

@@ -109,7 +109,8 @@ pub async fn get_activation(
 /// Deactivate a grain.
 ///
 /// Removes the grain's directory entry only if it is still on `silo`, so a silo can never remove an
-/// activation that has since been placed elsewhere.
+/// activation that has since been placed elsewhere. The grain id may be sent with its '/' as is or
+/// percent-encoded.
 #[utoipa::path(
     delete,
     path = "/v1/clusters/{cluster}/activations/{*grain}",

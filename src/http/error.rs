@@ -116,6 +116,11 @@ impl ApiError {
     /// The problem body for a bare status produced outside the handlers (405 from the router, …).
     pub fn from_status(status: StatusCode) -> Self {
         let title = status.canonical_reason().unwrap_or("Error");
+        let slug = if status == StatusCode::NOT_FOUND {
+            "not-found"
+        } else {
+            "http-error"
+        };
         let detail = match status {
             StatusCode::METHOD_NOT_ALLOWED => {
                 "this path does not accept that method; see /openapi.json".to_owned()
@@ -128,7 +133,7 @@ impl ApiError {
             }
             _ => title.to_owned(),
         };
-        Self::new(status, "http-error", title, detail)
+        Self::new(status, slug, title, detail)
     }
 
     pub fn problem(&self) -> Problem {
@@ -193,7 +198,7 @@ impl From<StoreError> for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "contention",
                     "Too many concurrent changes",
-                    "concurrent writers kept winning; nothing was changed by this request, retry",
+                    "concurrent changes to the same records kept winning over this request; retrying is safe",
                 )
                 .retry_after(1)
             }
@@ -207,7 +212,7 @@ impl From<StoreError> for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store-unavailable",
                     "The store is unavailable",
-                    "the oracle could not reach its store; nothing was changed by this request, retry",
+                    "the oracle could not reach its store; retrying is safe (a retried placement returns whatever an earlier attempt registered)",
                 )
                 .retry_after(1)
             }

@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use super::error::{ApiError, PROBLEM_JSON};
 use crate::telemetry::metric;
 
-/// Counts and times every request by method, route template and status.
+/// Counts and times every request by method, route template and status. It runs inside routing, so
+/// requests for unknown routes (answered by the fallback) are not measured.
 pub async fn record_metrics(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().as_str().to_owned();
@@ -29,8 +30,9 @@ pub async fn record_metrics(request: Request, next: Next) -> Response {
 }
 
 /// Answers 503 with a problem when the handler takes longer than the configured timeout. The
-/// handler's future is dropped, which cancels its store calls; each store call is one atomic
-/// statement or transaction, so nothing is left half-written.
+/// handler's future is dropped. Every write it may have made is one that a retry would make or
+/// find (a registration answers the retry as `existing`; a heartbeat is simply newer), so a
+/// timed-out request leaves nothing that a retry cannot reconcile.
 pub async fn enforce_timeout(
     State(timeout): State<Duration>,
     request: Request,

@@ -64,6 +64,21 @@ struct ApiDoc;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The span every request's logs carry: method, route template and request id.
+fn request_span<B>(request: &Request<B>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_default();
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!("request", method = %request.method(), route, request_id)
+}
+
 fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(heartbeats::post_heartbeat))
@@ -104,10 +119,11 @@ pub fn app(state: AppState, limits: Limits) -> Router {
         .merge(SwaggerUi::new("/swagger-ui").url("/openapi.json", without_wildcards(api)))
         .fallback(|| async { error::ApiError::from_status(axum::http::StatusCode::NOT_FOUND) });
 
-    // Per-route layers, outermost first. They sit inside routing so that the metrics see the
-    // matched route template, and they wrap the panic catcher and the timeout so that panics and
+    // Per-route layers, outermost first. They sit inside routing so that the span and the metrics
+    // see the matched route template (ids never reach logs or labels), and they wrap the panic catcher and the timeout so that panics and
     // timeouts are counted like any other answer.
     let per_route = ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(axum::middleware::from_fn(middleware::record_metrics))
         .layer(CatchPanicLayer::custom(middleware::panic_response))
         .layer(axum::middleware::from_fn_with_state(
@@ -118,21 +134,6 @@ pub fn app(state: AppState, limits: Limits) -> Router {
     // Whole-app layers, outermost first.
     let around = ServiceBuilder::new()
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let request_id = request
-                    .headers()
-                    .get(REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id,
-                )
-            }),
-        )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(axum::middleware::from_fn(
             middleware::problem_for_bare_errors,

@@ -30,7 +30,7 @@ pub struct PlacementRequest {
     pub requesting_silo: Option<String>,
     /// A preferred silo, used when it is compatible.
     pub hint: Option<String>,
-    /// Overrides the cluster's strategy for this call.
+    /// Overrides the default strategy for this call.
     pub strategy: Option<Strategy>,
     /// Return the candidates and the rule that decided.
     #[serde(default)]

@@ -78,7 +78,8 @@ impl From<&SiloSnapshot> for SiloResponse {
                     .zip(smoothed_memory)
                     .map(|(max, used)| max.saturating_sub(used)),
             },
-            last_heartbeat_age_ms: snapshot.now - record.last_heartbeat_ms,
+            // Replicas' clocks may differ slightly; an age is never negative.
+            last_heartbeat_age_ms: (snapshot.now - record.last_heartbeat_ms).max(0),
             last_heartbeat_at_ms: record.last_heartbeat_ms,
             first_seen_at_ms: profile.first_seen_ms,
             heartbeat_count: record.heartbeat_count,

@@ -24,7 +24,7 @@ pub struct PlaceRequest {
     pub grain: GrainId,
     pub requesting_silo: Option<SiloId>,
     pub hint: Option<SiloId>,
-    /// Overrides the cluster's policy for this call.
+    /// Overrides the default strategy for this call.
     pub strategy: Option<Strategy>,
     pub explain: bool,
 }

@@ -123,7 +123,7 @@ fn exclusion_reason(view: &ClusterView, silo: &SiloRecord, grain_type: &str) -> 
         SiloStatus::Active => Some(format!("does not host grain type `{grain_type}`")),
         SiloStatus::Dead => Some(format!(
             "dead: no heartbeat for {} ms (silo_ttl {} ms)",
-            view.now - silo.last_heartbeat_ms,
+            (view.now - silo.last_heartbeat_ms).max(0),
             view.silo_ttl_ms
         )),
         other => Some(format!(

@@ -2,7 +2,8 @@
 //!
 //! `store_suite` runs every behaviour against both stores; `replicas` races several oracle
 //! instances on one Postgres; `inputs` checks that bad input always gets a 4xx problem; `openapi`
-//! keeps the committed spec in step with the code.
+//! keeps the committed spec in step with the code; `ops` covers health, readiness, metrics and
+//! graceful shutdown.
 
 mod helpers;
 mod inputs;
