@@ -52,6 +52,8 @@ PY
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
 
 run() { # name script
+  # Each scenario starts from a clean table: no autovacuum of the previous scenario's churn in it.
+  psql "$SERVER/$DATABASE" -qc 'VACUUM (ANALYZE)' >/dev/null
   wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -s "bench/wrk/$2.lua" "$BASE" >/dev/null  # warm-up
   local out; out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "bench/wrk/$2.lua" "$BASE")
   local rps p50 p99 errors

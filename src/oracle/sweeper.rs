@@ -13,10 +13,20 @@ use crate::telemetry::metric;
 
 /// How often the sweep runs.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// Every how many sweeps the gauges are refreshed: counting the directory reads every entry, so it
+/// runs every ten seconds rather than every second.
+const SWEEPS_PER_GAUGE_REFRESH: u64 = 10;
 
 impl Oracle {
     /// One sweep. Returns how many silos it declared dead.
     pub async fn sweep(&self) -> Result<usize, crate::store::StoreError> {
+        let reaped = self.declare_dead().await?;
+        self.refresh_gauges().await?;
+        Ok(reaped)
+    }
+
+    /// Declares silent silos dead and releases their activations.
+    async fn declare_dead(&self) -> Result<usize, crate::store::StoreError> {
         let reaped = self
             .store
             .reap(self.clock.now_ms())
@@ -31,13 +41,18 @@ impl Oracle {
             );
         }
         metric::silos_declared_dead(reaped.len() as u64);
+        Ok(reaped.len())
+    }
+
+    /// Refreshes the membership and directory gauges.
+    async fn refresh_gauges(&self) -> Result<(), crate::store::StoreError> {
         let stats = self
             .store
             .stats()
             .await
             .inspect_err(|_| metric::store_error("stats"))?;
         metric::store_gauges(&stats);
-        Ok(reaped.len())
+        Ok(())
     }
 }
 
@@ -47,11 +62,16 @@ pub async fn run_sweeper(oracle: std::sync::Arc<Oracle>, shutdown: impl Future<O
     let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
-    loop {
+    for sweep in 0u64.. {
         tokio::select! {
             _ = &mut shutdown => return,
             _ = ticks.tick() => {
-                if let Err(error) = oracle.sweep().await {
+                let outcome = if sweep % SWEEPS_PER_GAUGE_REFRESH == 0 {
+                    oracle.sweep().await.map(|_| ())
+                } else {
+                    oracle.declare_dead().await.map(|_| ())
+                };
+                if let Err(error) = outcome {
                     tracing::error!(%error, "membership sweep failed; retrying next tick");
                 }
             }
