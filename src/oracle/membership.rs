@@ -64,12 +64,7 @@ impl Oracle {
 
     /// Every silo of the cluster, dead ones included until they are forgotten.
     pub async fn silos(&self, cluster: &ClusterName) -> Result<Vec<SiloSnapshot>, OracleError> {
-        let membership = self
-            .store
-            .membership(cluster)
-            .await
-            .inspect_err(|_| metric::store_error("membership"))?
-            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+        let membership = self.read_membership(cluster).await?;
         let now = self.clock.now_ms();
         Ok(membership
             .silos

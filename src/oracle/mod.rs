@@ -131,16 +131,19 @@ impl Oracle {
                 }
             }
         }
-        let membership = self
-            .store
-            .membership(cluster)
-            .await
-            .inspect_err(|_| metric::store_error("membership"))?
-            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
-        let membership = Arc::new(membership);
+        let membership = Arc::new(self.read_membership(cluster).await?);
         self.cached_memberships()
             .insert(cluster.clone(), (Instant::now(), membership.clone()));
         Ok((membership, false))
+    }
+
+    /// The cluster's membership as stored now; unknown clusters are an error.
+    async fn read_membership(&self, cluster: &ClusterName) -> Result<Membership, OracleError> {
+        self.store
+            .membership(cluster)
+            .await
+            .inspect_err(|_| metric::store_error("membership"))?
+            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))
     }
 
     /// Drops this replica's cached membership after it changed it, so its next decision sees the
