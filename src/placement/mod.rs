@@ -4,6 +4,7 @@
 //! (the oracle service) has already looked the grain up in the directory; this module only decides
 //! among live silos and says why.
 
+pub mod hash;
 pub mod random;
 
 use rand::Rng;
