@@ -185,6 +185,19 @@ impl From<PlacementError> for ApiError {
                 "No active silo hosts this grain type",
                 error.to_string(),
             ),
+            PlacementError::NoSiloWithRole { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "no-silo-with-role",
+                "No active silo has the grain's role",
+                error.to_string(),
+            ),
+            PlacementError::AllOverloaded { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "all-overloaded",
+                "Every compatible silo is overloaded",
+                error.to_string(),
+            )
+            .retry_after(1),
         }
     }
 }

@@ -65,6 +65,8 @@ pub enum PlacementOutcome {
     Existing,
     /// No live activation existed; this call placed and registered it.
     Placed,
+    /// A stateless worker: this call goes here; nothing was registered.
+    Stateless,
 }
 
 /// Where the grain lives.
@@ -78,11 +80,16 @@ pub struct PlacementResponse {
     pub address: String,
     pub outcome: PlacementOutcome,
     /// The strategy that placed the activation.
-    #[schema(example = "random")]
+    #[schema(example = "resource_optimized")]
     pub strategy: String,
-    /// Identifies this activation; a grain placed again gets a larger epoch.
+    /// Identifies this activation; a grain placed again gets a larger epoch. Absent for stateless
+    /// workers, which are never registered.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = 1)]
-    pub epoch: i64,
+    pub epoch: Option<i64>,
+    /// For stateless workers: the most instances per silo (0 = the silo's processor count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_local: Option<u32>,
     /// Present when `explain` was set and this call placed the grain.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
@@ -90,17 +97,18 @@ pub struct PlacementResponse {
 
 impl From<Placement> for PlacementResponse {
     fn from(placement: Placement) -> Self {
-        let activation = placement.activation;
         Self {
-            grain: activation.grain,
-            silo: activation.silo,
-            address: activation.address,
+            grain: placement.grain,
+            silo: placement.silo,
+            address: placement.address,
             outcome: match placement.outcome {
                 crate::oracle::Outcome::Existing => PlacementOutcome::Existing,
                 crate::oracle::Outcome::Placed => PlacementOutcome::Placed,
+                crate::oracle::Outcome::Stateless => PlacementOutcome::Stateless,
             },
-            strategy: activation.strategy,
-            epoch: activation.epoch,
+            strategy: placement.strategy,
+            epoch: placement.epoch,
+            max_local: placement.max_local,
             explanation: placement.explanation,
         }
     }

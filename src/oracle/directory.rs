@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::{Oracle, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
-use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
+use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy, StrategyOptions};
 use crate::store::{Activation, Located, NewActivation, Registration, Store, StoreError};
 use crate::telemetry::metric;
 
@@ -32,8 +32,12 @@ pub struct PlaceRequest {
 /// Whether the answer was already in the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// A live activation was registered already.
     Existing,
+    /// This call placed and registered a new activation.
     Placed,
+    /// A stateless worker: placed for this call, never registered.
+    Stateless,
 }
 
 impl Outcome {
@@ -41,16 +45,44 @@ impl Outcome {
         match self {
             Outcome::Existing => "existing",
             Outcome::Placed => "placed",
+            Outcome::Stateless => "stateless",
         }
     }
 }
 
-/// Where a grain lives, and how that was decided.
+/// Where a grain lives (or, for a stateless worker, where this call goes), and how that was decided.
 #[derive(Debug, Clone)]
 pub struct Placement {
-    pub activation: Activation,
+    pub grain: String,
+    pub silo: String,
+    pub address: String,
+    pub strategy: String,
+    /// The activation's epoch; absent for stateless workers, which are never registered.
+    pub epoch: Option<i64>,
     pub outcome: Outcome,
     pub explanation: Option<Explanation>,
+    /// For stateless workers: the most instances per silo (0 = the silo's processor count).
+    pub max_local: Option<u32>,
+}
+
+impl Placement {
+    fn registered(
+        activation: Activation,
+        outcome: Outcome,
+        explanation: Option<Explanation>,
+    ) -> Self {
+        metric::placement(&activation.strategy, outcome.as_str());
+        Self {
+            grain: activation.grain,
+            silo: activation.silo,
+            address: activation.address,
+            strategy: activation.strategy,
+            epoch: Some(activation.epoch),
+            outcome,
+            explanation,
+            max_local: None,
+        }
+    }
 }
 
 /// One page of a silo's activations.
@@ -78,17 +110,23 @@ impl Oracle {
     /// lookup and a registration however many grains it carries (more only when races or dying
     /// silos intervene), and concurrent calls share them. Grains must be distinct. Each grain gets
     /// its own result; a failure of the whole cluster (unknown, store down) fails the call.
+    /// Stateless workers skip the directory: they are decided afresh on every call.
     pub async fn place_many(
         &self,
         cluster: &ClusterName,
         requests: &[PlaceRequest],
     ) -> Result<Vec<Result<Placement, OracleError>>, OracleError> {
+        let options = StrategyOptions::default();
+        let strategy_of = |request: &PlaceRequest| request.strategy.unwrap_or_default();
+        let registered: Vec<usize> = (0..requests.len())
+            .filter(|&i| strategy_of(&requests[i]).registers())
+            .collect();
         let found = self
             .lookups
             .call_many(
-                requests
+                registered
                     .iter()
-                    .map(|r| (cluster.clone(), r.grain.clone()))
+                    .map(|&i| (cluster.clone(), requests[i].grain.clone()))
                     .collect(),
             )
             .await
@@ -97,10 +135,14 @@ impl Oracle {
         let mut results: Vec<Option<Result<Placement, OracleError>>> =
             (0..requests.len()).map(|_| None).collect();
         let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
-        for (i, located) in found.into_iter().enumerate() {
+        for (&i, located) in registered.iter().zip(found) {
             match located {
                 Some(located) if located.live => {
-                    results[i] = Some(Ok(existing(located.activation)))
+                    results[i] = Some(Ok(Placement::registered(
+                        located.activation,
+                        Outcome::Existing,
+                        None,
+                    )))
                 }
                 Some(located) => {
                     stale_epochs.insert(i, located.activation.epoch);
@@ -126,19 +168,26 @@ impl Oracle {
                 silos: membership.silos.clone(),
             };
 
+            let decisions = self.decide(cluster, &view, requests, &pending, &options);
             let mut attempts = Vec::with_capacity(pending.len());
             let mut explanations = HashMap::new();
-            for &i in &pending {
+            for (i, decided) in pending.into_iter().zip(decisions) {
                 let request = &requests[i];
-                let strategy = request.strategy.unwrap_or_default();
-                let input = PlacementInput {
-                    grain: &request.grain,
-                    requesting_silo: request.requesting_silo.as_ref(),
-                    hint: request.hint.as_ref(),
-                };
-                let decided = self
-                    .with_rng(|rng| placement::place(&view, input, strategy, request.explain, rng));
+                let strategy = strategy_of(request);
                 match decided {
+                    Ok(decision) if !strategy.registers() => {
+                        metric::placement(strategy.as_str(), Outcome::Stateless.as_str());
+                        results[i] = Some(Ok(Placement {
+                            grain: request.grain.to_string(),
+                            silo: decision.silo.to_string(),
+                            address: decision.address,
+                            strategy: strategy.as_str().to_owned(),
+                            epoch: None,
+                            outcome: Outcome::Stateless,
+                            explanation: decision.explanation,
+                            max_local: Some(options.stateless_worker.max_local),
+                        }));
+                    }
                     Ok(decision) => {
                         if let Some(explanation) = decision.explanation {
                             explanations.insert(i, explanation);
@@ -174,18 +223,21 @@ impl Oracle {
                 )
                 .await
                 .inspect_err(|_| metric::store_error("register"))?;
-            for ((i, entry), registration) in attempts.into_iter().zip(registrations) {
+            for ((i, _), registration) in attempts.into_iter().zip(registrations) {
                 match registration {
                     Registration::Registered(activation) => {
-                        metric::placement(entry.strategy, "placed");
-                        results[i] = Some(Ok(Placement {
+                        results[i] = Some(Ok(Placement::registered(
                             activation,
-                            outcome: Outcome::Placed,
-                            explanation: explanations.remove(&i),
-                        }));
+                            Outcome::Placed,
+                            explanations.remove(&i),
+                        )));
                     }
                     Registration::Existing(located) if located.live => {
-                        results[i] = Some(Ok(existing(located.activation)));
+                        results[i] = Some(Ok(Placement::registered(
+                            located.activation,
+                            Outcome::Existing,
+                            None,
+                        )));
                     }
                     Registration::Existing(located) => {
                         stale_epochs.insert(i, located.activation.epoch);
@@ -203,6 +255,37 @@ impl Oracle {
                 ))))
             })
             .collect())
+    }
+
+    /// Decides the `pending` requests against `view`, one after the other, each seeing the tally of
+    /// the ones before (so a batch does not pile onto one silo).
+    fn decide(
+        &self,
+        cluster: &ClusterName,
+        view: &ClusterView,
+        requests: &[PlaceRequest],
+        pending: &[usize],
+        options: &StrategyOptions,
+    ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
+        self.with_rng_and_deltas(cluster, |rng, deltas| {
+            pending
+                .iter()
+                .map(|&i| {
+                    let request = &requests[i];
+                    let decision = placement::Request {
+                        input: PlacementInput {
+                            grain: &request.grain,
+                            requesting_silo: request.requesting_silo.as_ref(),
+                            hint: request.hint.as_ref(),
+                        },
+                        strategy: request.strategy.unwrap_or_default(),
+                        options,
+                        explain: request.explain,
+                    };
+                    placement::place(view, &decision, deltas, rng)
+                })
+                .collect()
+        })
     }
 
     /// The grain's live activation.
@@ -265,15 +348,6 @@ impl Oracle {
             activations,
             next_cursor,
         })
-    }
-}
-
-fn existing(activation: Activation) -> Placement {
-    metric::placement(&activation.strategy, "existing");
-    Placement {
-        activation,
-        outcome: Outcome::Existing,
-        explanation: None,
     }
 }
 

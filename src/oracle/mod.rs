@@ -20,7 +20,7 @@ pub use sweeper::run_sweeper;
 
 use crate::clock::Clock;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection};
-use crate::placement::PlacementError;
+use crate::placement::{LocalDeltas, PlacementError};
 use crate::store::{Located, Membership, NewActivation, Registration, Store, StoreError};
 use crate::telemetry::metric;
 use batcher::Batcher;
@@ -65,6 +65,9 @@ pub struct Oracle {
     lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
     registrations: Batcher<(ClusterName, NewActivation), Registration>,
     memberships: Mutex<HashMap<ClusterName, (Instant, Arc<Membership>)>>,
+    /// What this replica placed on each silo since its last heartbeat, per cluster
+    /// (`activation_count` adds it to the silo's reported figures).
+    deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
 }
 
 impl Oracle {
@@ -94,6 +97,7 @@ impl Oracle {
             lookups,
             registrations,
             memberships: Mutex::default(),
+            deltas: Mutex::default(),
         }
     }
 
@@ -101,12 +105,22 @@ impl Oracle {
         self.store.as_ref()
     }
 
-    fn with_rng<T>(&self, f: impl FnOnce(&mut ChaCha8Rng) -> T) -> T {
+    /// Runs `f` with the RNG and the cluster's placement tally, both held for its duration (always
+    /// locked in this order).
+    fn with_rng_and_deltas<T>(
+        &self,
+        cluster: &ClusterName,
+        f: impl FnOnce(&mut ChaCha8Rng, &mut LocalDeltas) -> T,
+    ) -> T {
         let mut rng = self
             .rng
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut rng)
+        let mut deltas = self
+            .deltas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut rng, deltas.entry(cluster.clone()).or_default())
     }
 
     fn cached_memberships(

@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn silos_order_by_generation_then_port_then_little_endian_ipv4() {
-        let mut silos = vec![
+        let mut silos = [
             id("10.0.0.2:11111@2"),
             id("10.0.0.2:11112@1"),
             id("10.0.0.2:11111@1"),

@@ -1,37 +1,87 @@
 //! Where a new activation goes: compatibility, the placement hint and the strategies.
 //!
-//! [`place`] is a pure function of a cluster view, a request, the strategy and an RNG. The caller
-//! (the oracle service) has already looked the grain up in the directory; this module only decides
-//! among live silos and says why.
+//! [`place`] is a pure function of a cluster view, a request, the strategy, its options, this
+//! replica's recent placements and an RNG. The caller (the oracle service) has already looked the
+//! grain up in the directory; this module only decides among live silos and says why. Each strategy
+//! lives in its own module and follows Orleans' director of the same name (reference §1), except
+//! where the reference's section 7 records Orleans' behaviour as a mistake; each such departure is
+//! documented where it is made.
 
+pub mod activation_count;
 pub mod hash;
+pub mod hash_based;
+pub mod options;
+pub mod prefer_local;
 pub mod random;
+pub mod resource_optimized;
+pub mod silo_role;
+pub mod stateless_worker;
+
+use std::collections::{BTreeMap, HashMap};
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub use options::StrategyOptions;
+
 use crate::clock::Millis;
 use crate::cluster::{GrainId, SiloId, SiloRecord, SiloStatus};
 
-/// A placement strategy. Orleans' remaining strategies arrive with their own modules.
+/// A placement strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Uniformly random among compatible silos (Orleans `RandomPlacement`).
-    #[default]
     Random,
+    /// The requesting silo when it can host the grain, else random (Orleans `PreferLocalPlacement`).
+    PreferLocal,
+    /// Orleans' grain hash modulo the Orleans-ordered candidates (`HashBasedPlacement`).
+    HashBased,
+    /// Power of k choices over recent activation counts (`ActivationCountBasedPlacement`).
+    ActivationCount,
+    /// Weighted CPU, memory and activation score over √n sampled candidates, with a preference for
+    /// the requesting silo (`ResourceOptimizedPlacement`, Orleans' default since 9.2, and ours).
+    #[default]
+    ResourceOptimized,
+    /// The requesting silo when it is not shutting down, else random; never registered
+    /// (`StatelessWorkerPlacement`).
+    StatelessWorker,
+    /// Random among silos whose role is the grain's key (`SiloRoleBasedPlacement`).
+    SiloRole,
 }
 
 impl Strategy {
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Random,
+        Strategy::PreferLocal,
+        Strategy::HashBased,
+        Strategy::ActivationCount,
+        Strategy::ResourceOptimized,
+        Strategy::StatelessWorker,
+        Strategy::SiloRole,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Random => "random",
+            Strategy::PreferLocal => "prefer_local",
+            Strategy::HashBased => "hash_based",
+            Strategy::ActivationCount => "activation_count",
+            Strategy::ResourceOptimized => "resource_optimized",
+            Strategy::StatelessWorker => "stateless_worker",
+            Strategy::SiloRole => "silo_role",
         }
     }
 
     pub fn parse(value: &str) -> Option<Self> {
-        [Strategy::Random].into_iter().find(|s| s.as_str() == value)
+        Self::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+
+    /// Whether placements are registered in the directory (stateless workers are not: every call
+    /// may land on another instance).
+    pub fn registers(self) -> bool {
+        self != Strategy::StatelessWorker
     }
 }
 
@@ -45,6 +95,16 @@ pub struct ClusterView {
     pub silos: Vec<SiloRecord>,
 }
 
+impl ClusterView {
+    pub fn find(&self, id: &SiloId) -> Option<&SiloRecord> {
+        self.silos.iter().find(|s| &s.id == id)
+    }
+
+    pub fn status(&self, silo: &SiloRecord) -> SiloStatus {
+        silo.status_at(self.now, self.silo_ttl_ms)
+    }
+}
+
 /// What is being placed and on whose behalf.
 #[derive(Debug, Clone, Copy)]
 pub struct PlacementInput<'a> {
@@ -55,6 +115,29 @@ pub struct PlacementInput<'a> {
     pub hint: Option<&'a SiloId>,
 }
 
+/// Activations this replica placed on each silo since that silo's last heartbeat, keyed by silo and
+/// tagged with the heartbeat count they were counted against: a new heartbeat brings fresh counts
+/// and the tally starts again (Orleans resets its local delta on every statistics update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalDeltas(pub HashMap<SiloId, (i64, u64)>);
+
+impl LocalDeltas {
+    /// This replica's placements on `silo` since its last heartbeat.
+    pub fn get(&self, silo: &SiloRecord) -> u64 {
+        match self.0.get(&silo.id) {
+            Some(&(count, delta)) if count == silo.heartbeat_count => delta,
+            _ => 0,
+        }
+    }
+
+    /// Counts one more placement on `silo`.
+    pub fn add(&mut self, silo: &SiloRecord, n: u64) {
+        let delta = self.get(silo) + n;
+        self.0
+            .insert(silo.id.clone(), (silo.heartbeat_count, delta));
+    }
+}
+
 /// Which rule made the decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -63,6 +146,22 @@ pub enum Rule {
     Hint,
     /// Uniform random pick among the candidates.
     Random,
+    /// The requesting silo, as the strategy prefers it.
+    Local,
+    /// Orleans' grain hash picked the silo.
+    Hash,
+    /// The least loaded of the sampled candidates.
+    LeastLoaded,
+    /// The lowest resource score among the sampled candidates.
+    LowestScore,
+    /// The requesting silo's score was within the preference margin of the best.
+    LocalWithinMargin,
+    /// No candidate reported load figures: a uniform random pick.
+    NoStatistics,
+    /// Every candidate with figures was overloaded: the first compatible silo (Orleans' rule).
+    AllOverloaded,
+    /// Only one candidate: it is chosen without looking at its figures (Orleans' rule).
+    OnlyCandidate,
 }
 
 /// A silo left out of the candidates, and why.
@@ -73,9 +172,20 @@ pub struct Excluded {
     pub reason: String,
 }
 
+/// A candidate's score and the terms it is made of (lower scores win).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct CandidateScore {
+    pub silo: String,
+    #[schema(example = 0.275)]
+    pub score: f64,
+    /// Each weighted term of the score, by name.
+    pub terms: BTreeMap<String, f64>,
+}
+
 /// Why a placement went where it did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Explanation {
+    pub strategy: Strategy,
     /// Compatible silos, in the order the strategy saw them.
     pub candidates: Vec<String>,
     /// Known silos that were not candidates, with the reason.
@@ -83,6 +193,9 @@ pub struct Explanation {
     /// What the placement hint did, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// Scores of the candidates the strategy evaluated, when it scores.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<CandidateScore>,
     pub rule: Rule,
 }
 
@@ -105,21 +218,22 @@ pub enum PlacementError {
         grain_type: String,
         active: Vec<String>,
     },
+    #[error("no active silo has role `{role}` (silo_role placement takes the role from the grain's key)")]
+    NoSiloWithRole { role: String },
+    #[error("all {candidates} compatible silo(s) report being overloaded")]
+    AllOverloaded { candidates: usize },
 }
 
 /// Candidates for a grain type: active, alive silos that host it, in view order.
 pub fn compatible<'v>(view: &'v ClusterView, grain_type: &str) -> Vec<&'v SiloRecord> {
     view.silos
         .iter()
-        .filter(|silo| {
-            silo.status_at(view.now, view.silo_ttl_ms) == SiloStatus::Active
-                && silo.hosts(grain_type)
-        })
+        .filter(|silo| view.status(silo) == SiloStatus::Active && silo.hosts(grain_type))
         .collect()
 }
 
 fn exclusion_reason(view: &ClusterView, silo: &SiloRecord, grain_type: &str) -> Option<String> {
-    match silo.status_at(view.now, view.silo_ttl_ms) {
+    match view.status(silo) {
         SiloStatus::Active if silo.hosts(grain_type) => None,
         SiloStatus::Active => Some(format!("does not host grain type `{grain_type}`")),
         SiloStatus::Dead => Some(format!(
@@ -134,46 +248,123 @@ fn exclusion_reason(view: &ClusterView, silo: &SiloRecord, grain_type: &str) -> 
     }
 }
 
-/// Decides where `input.grain` goes. Errors say why nothing fits.
+fn no_candidate_error(view: &ClusterView, grain_type: &str) -> PlacementError {
+    let active: Vec<String> = view
+        .silos
+        .iter()
+        .filter(|s| view.status(s) == SiloStatus::Active)
+        .map(|s| s.id.to_string())
+        .collect();
+    if active.is_empty() {
+        PlacementError::NoActiveSilo {
+            known: view.silos.len(),
+        }
+    } else {
+        PlacementError::NoCompatibleSilo {
+            grain_type: grain_type.to_owned(),
+            active,
+        }
+    }
+}
+
+/// What a strategy chose, with its evidence.
+pub struct Choice<'v> {
+    pub silo: &'v SiloRecord,
+    pub rule: Rule,
+    pub scores: Vec<CandidateScore>,
+}
+
+impl<'v> Choice<'v> {
+    fn plain(silo: &'v SiloRecord, rule: Rule) -> Self {
+        Self {
+            silo,
+            rule,
+            scores: Vec::new(),
+        }
+    }
+}
+
+/// Everything a placement decision reads.
+pub struct Request<'a> {
+    pub input: PlacementInput<'a>,
+    pub strategy: Strategy,
+    pub options: &'a StrategyOptions,
+    pub explain: bool,
+}
+
+/// Decides where `request.input.grain` goes, counting an `activation_count` placement in `deltas`.
+/// Errors say why nothing fits.
 pub fn place(
     view: &ClusterView,
-    input: PlacementInput<'_>,
-    strategy: Strategy,
-    explain: bool,
+    request: &Request<'_>,
+    deltas: &mut LocalDeltas,
     rng: &mut impl Rng,
 ) -> Result<Decision, PlacementError> {
+    let input = request.input;
     let grain_type = input.grain.grain_type();
-    let candidates = compatible(view, grain_type);
-    if candidates.is_empty() {
-        let active: Vec<String> = view
-            .silos
-            .iter()
-            .filter(|s| s.status_at(view.now, view.silo_ttl_ms) == SiloStatus::Active)
-            .map(|s| s.id.to_string())
-            .collect();
-        return Err(if active.is_empty() {
-            PlacementError::NoActiveSilo {
-                known: view.silos.len(),
+    let compatible = compatible(view, grain_type);
+    let local = input.requesting_silo.and_then(|id| view.find(id));
+
+    let candidates = match request.strategy {
+        Strategy::SiloRole => {
+            let role = input.grain.key();
+            let with_role = silo_role::candidates(&compatible, role);
+            if with_role.is_empty() && !compatible.is_empty() {
+                return Err(PlacementError::NoSiloWithRole {
+                    role: role.to_owned(),
+                });
             }
-        } else {
-            PlacementError::NoCompatibleSilo {
-                grain_type: grain_type.to_owned(),
-                active,
-            }
-        });
+            with_role
+        }
+        _ => compatible,
+    };
+    let stateless_local = (request.strategy == Strategy::StatelessWorker)
+        .then(|| stateless_worker::eligible_local(view, local, grain_type))
+        .flatten();
+    if candidates.is_empty() && stateless_local.is_none() {
+        return Err(no_candidate_error(view, grain_type));
     }
 
     let hinted = input
         .hint
         .and_then(|hint| candidates.iter().copied().find(|c| &c.id == hint));
-    let (chosen, rule) = match hinted {
-        Some(silo) => (silo, Rule::Hint),
-        None => match strategy {
-            Strategy::Random => (random::choose(&candidates, rng), Rule::Random),
+    let choice = match hinted {
+        Some(silo) => Choice::plain(silo, Rule::Hint),
+        None => match request.strategy {
+            Strategy::Random | Strategy::SiloRole => {
+                Choice::plain(random::choose(&candidates, rng), Rule::Random)
+            }
+            Strategy::PreferLocal => prefer_local::choose(&candidates, local, rng),
+            Strategy::HashBased => {
+                Choice::plain(hash_based::choose(&candidates, input.grain), Rule::Hash)
+            }
+            Strategy::StatelessWorker => match stateless_local {
+                Some(local) => Choice::plain(local, Rule::Local),
+                None => Choice::plain(random::choose(&candidates, rng), Rule::Random),
+            },
+            Strategy::ActivationCount => activation_count::choose(
+                view,
+                &candidates,
+                local,
+                &request.options.activation_count,
+                deltas,
+                rng,
+            )?,
+            Strategy::ResourceOptimized => resource_optimized::choose(
+                view,
+                &candidates,
+                local,
+                &request.options.resource_optimized,
+                rng,
+            ),
         },
     };
+    if request.strategy == Strategy::ActivationCount {
+        deltas.add(choice.silo, 1);
+    }
 
-    let explanation = explain.then(|| Explanation {
+    let explanation = request.explain.then(|| Explanation {
+        strategy: request.strategy,
         candidates: candidates.iter().map(|c| c.id.to_string()).collect(),
         excluded: view
             .silos
@@ -189,13 +380,14 @@ pub fn place(
             Some(_) => format!("{hint} is compatible: used"),
             None => format!("{hint} is not a compatible silo: ignored"),
         }),
-        rule,
+        scores: choice.scores,
+        rule: choice.rule,
     });
 
     Ok(Decision {
-        silo: chosen.id.clone(),
-        address: chosen.profile.address.clone(),
-        rule,
+        silo: choice.silo.id.clone(),
+        address: choice.silo.profile.address.clone(),
+        rule: choice.rule,
         explanation,
     })
 }
@@ -256,6 +448,23 @@ mod tests {
             requesting_silo: None,
             hint,
         }
+    }
+
+    fn place(
+        view: &ClusterView,
+        input: PlacementInput<'_>,
+        strategy: Strategy,
+        explain: bool,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Decision, PlacementError> {
+        let options = StrategyOptions::default();
+        let request = Request {
+            input,
+            strategy,
+            options: &options,
+            explain,
+        };
+        super::place(view, &request, &mut LocalDeltas::default(), rng)
     }
 
     #[test]

@@ -11,3 +11,4 @@ mod openapi;
 mod ops;
 mod replicas;
 mod store_suite;
+mod strategies;

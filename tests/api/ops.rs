@@ -75,8 +75,8 @@ async fn metrics_count_requests_by_route_template_and_domain_events() {
         r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="200"}"#,
         r#"http_request_duration_seconds_bucket{method="GET",route="/v1/clusters/{cluster}/activations/{*grain}",status="200",le="0.005"}"#,
         r#"oracle_heartbeats_total{outcome="accepted"}"#,
-        r#"oracle_placements_total{strategy="random",outcome="placed"}"#,
-        r#"oracle_placements_total{strategy="random",outcome="existing"}"#,
+        r#"oracle_placements_total{strategy="resource_optimized",outcome="placed"}"#,
+        r#"oracle_placements_total{strategy="resource_optimized",outcome="existing"}"#,
         r#"oracle_silos{status="active"}"#,
         "oracle_directory_entries",
     ] {

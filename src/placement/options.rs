@@ -1,0 +1,195 @@
+//! Strategy options, with Orleans' defaults and validation rules.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::validation::{Invalid, Violations};
+
+/// Options of `resource_optimized` (Orleans `ResourceOptimizedPlacementOptions`, §1.13): integer
+/// weights, each 0 to 100, normalised by their sum; and the local silo's preference margin in
+/// points of score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceOptimizedOptions {
+    #[schema(example = 40)]
+    pub cpu_usage_weight: u32,
+    #[schema(example = 20)]
+    pub memory_usage_weight: u32,
+    #[schema(example = 20)]
+    pub available_memory_weight: u32,
+    #[schema(example = 5)]
+    pub max_available_memory_weight: u32,
+    #[schema(example = 15)]
+    pub activation_count_weight: u32,
+    /// The requesting silo wins unless its score is worse than the best by more than this many
+    /// hundredths.
+    #[schema(example = 5)]
+    pub local_silo_preference_margin: u32,
+}
+
+impl Default for ResourceOptimizedOptions {
+    fn default() -> Self {
+        Self {
+            cpu_usage_weight: 40,
+            memory_usage_weight: 20,
+            available_memory_weight: 20,
+            max_available_memory_weight: 5,
+            activation_count_weight: 15,
+            local_silo_preference_margin: 5,
+        }
+    }
+}
+
+impl ResourceOptimizedOptions {
+    pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        let mut v = Violations::default();
+        for (name, value) in [
+            ("cpu_usage_weight", self.cpu_usage_weight),
+            ("memory_usage_weight", self.memory_usage_weight),
+            ("available_memory_weight", self.available_memory_weight),
+            (
+                "max_available_memory_weight",
+                self.max_available_memory_weight,
+            ),
+            ("activation_count_weight", self.activation_count_weight),
+            (
+                "local_silo_preference_margin",
+                self.local_silo_preference_margin,
+            ),
+        ] {
+            if value > 100 {
+                v.add(
+                    format!("{prefix}{name}"),
+                    format!("must be from 0 to 100, got {value}"),
+                );
+            }
+        }
+        v.finish(|| ())
+    }
+}
+
+/// Options of `activation_count` (Orleans `ActivationCountBasedPlacementOptions`, §1.12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActivationCountOptions {
+    /// How many candidates to sample; the least loaded wins ("power of k choices").
+    #[schema(example = 2)]
+    pub choose_out_of: u32,
+}
+
+impl Default for ActivationCountOptions {
+    fn default() -> Self {
+        Self { choose_out_of: 2 }
+    }
+}
+
+impl ActivationCountOptions {
+    pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        if self.choose_out_of == 0 || self.choose_out_of > 1_000 {
+            return Err(Invalid::one(
+                format!("{prefix}choose_out_of"),
+                format!("must be from 1 to 1000, got {}", self.choose_out_of),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Options of `stateless_worker` (Orleans `StatelessWorkerPlacement`, §1.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatelessWorkerOptions {
+    /// Most worker instances per silo; 0 means the silo's processor count (Orleans' default). The
+    /// silo enforces it; the oracle passes it along in the placement answer.
+    #[schema(example = 4)]
+    pub max_local: u32,
+}
+
+/// Every strategy's options; each strategy reads its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StrategyOptions {
+    pub resource_optimized: ResourceOptimizedOptions,
+    pub activation_count: ActivationCountOptions,
+    pub stateless_worker: StatelessWorkerOptions,
+}
+
+impl StrategyOptions {
+    pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        let mut v = Violations::default();
+        v.check(
+            self.resource_optimized
+                .validate(&format!("{prefix}resource_optimized.")),
+        );
+        v.check(
+            self.activation_count
+                .validate(&format!("{prefix}activation_count.")),
+        );
+        v.finish(|| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orleans_defaults() {
+        let o = ResourceOptimizedOptions::default();
+        assert_eq!(
+            [
+                o.cpu_usage_weight,
+                o.memory_usage_weight,
+                o.available_memory_weight,
+                o.max_available_memory_weight,
+                o.activation_count_weight,
+                o.local_silo_preference_margin
+            ],
+            [40, 20, 20, 5, 15, 5]
+        );
+        assert_eq!(ActivationCountOptions::default().choose_out_of, 2);
+    }
+
+    #[test]
+    fn resource_options_are_validated_to_0_through_100_each_named() {
+        let over = ResourceOptimizedOptions {
+            cpu_usage_weight: 101,
+            local_silo_preference_margin: 101,
+            ..Default::default()
+        };
+        let fields: Vec<String> = over
+            .validate("")
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, ["cpu_usage_weight", "local_silo_preference_margin"]);
+        for ok in [
+            (10, 0, 0, 0, 0, 10),
+            (100, 0, 0, 0, 0, 10),
+            (10, 0, 0, 0, 0, 100),
+            (0, 0, 0, 0, 0, 0),
+        ] {
+            let options = ResourceOptimizedOptions {
+                cpu_usage_weight: ok.0,
+                memory_usage_weight: ok.1,
+                available_memory_weight: ok.2,
+                max_available_memory_weight: ok.3,
+                activation_count_weight: ok.4,
+                local_silo_preference_margin: ok.5,
+            };
+            assert!(options.validate("").is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn choose_out_of_must_be_positive() {
+        assert!(ActivationCountOptions { choose_out_of: 0 }
+            .validate("")
+            .is_err());
+        assert!(ActivationCountOptions { choose_out_of: 1 }
+            .validate("")
+            .is_ok());
+    }
+}

@@ -1,0 +1,359 @@
+//! `resource_optimized` (the default): Orleans' `ResourceOptimizedPlacement` (§1.13).
+//!
+//! Each candidate gets a score in [0, 1] — lower is better — from its smoothed CPU, smoothed memory
+//! use, available memory, memory size relative to the largest silo, and activation count relative to
+//! the busiest, weighted by the options. About √n candidates are sampled (so concurrent deciders do
+//! not all pile onto one silo), a tiny jitter breaks ties, and the requesting silo wins if its score
+//! is within the preference margin of the best, keeping calls local when that costs little.
+//!
+//! Departure from Orleans (reference quirk 3): when every silo reports zero activations Orleans
+//! divides 0 by 0 and every score becomes NaN; here the activation term is 0 instead.
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+
+use super::options::ResourceOptimizedOptions;
+use super::{random, CandidateScore, Choice, ClusterView, Rule};
+use crate::cluster::{SiloRecord, SiloStatus};
+
+/// The figures a score is computed from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Figures {
+    /// Smoothed CPU, percent.
+    pub cpu: f64,
+    /// Smoothed memory use as a fraction of the silo's maximum (0 when the maximum is unknown).
+    pub memory_usage: f64,
+    /// Available memory as a fraction of the silo's maximum (0 when the maximum is unknown).
+    pub available_memory: f64,
+    /// The silo's maximum memory in bytes (0 when unknown: then no memory terms apply).
+    pub max_memory: f64,
+    pub activations: f64,
+    pub overloaded: bool,
+}
+
+impl Figures {
+    /// A silo's figures, if it reported CPU and activation count.
+    pub fn of(silo: &SiloRecord) -> Option<Self> {
+        let cpu = silo.profile.smoothing.cpu_usage?;
+        let activations = silo.profile.load.activation_count? as f64;
+        let max = silo.profile.load.max_available_memory_bytes.unwrap_or(0) as f64;
+        let used = silo.profile.smoothing.memory_usage_bytes.unwrap_or(0) as f64;
+        let fraction = |x: f64| {
+            if max > 0.0 {
+                (x / max).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        Some(Self {
+            cpu,
+            memory_usage: fraction(used),
+            available_memory: fraction(max - used),
+            max_memory: max,
+            activations,
+            overloaded: silo.profile.load.overloaded,
+        })
+    }
+}
+
+/// Normalised weights: each option divided by their sum (all zero if the sum is zero).
+#[derive(Debug, Clone, Copy)]
+struct Weights {
+    cpu: f64,
+    memory: f64,
+    available: f64,
+    max_memory: f64,
+    activations: f64,
+}
+
+impl Weights {
+    fn of(options: &ResourceOptimizedOptions) -> Self {
+        let sum = f64::from(
+            options.cpu_usage_weight
+                + options.memory_usage_weight
+                + options.available_memory_weight
+                + options.max_available_memory_weight
+                + options.activation_count_weight,
+        );
+        let w = |x: u32| if sum > 0.0 { f64::from(x) / sum } else { 0.0 };
+        Self {
+            cpu: w(options.cpu_usage_weight),
+            memory: w(options.memory_usage_weight),
+            available: w(options.available_memory_weight),
+            max_memory: w(options.max_available_memory_weight),
+            activations: w(options.activation_count_weight),
+        }
+    }
+}
+
+/// The score's terms; their sum is the score.
+fn terms(
+    f: &Figures,
+    w: &Weights,
+    largest_memory: f64,
+    most_activations: f64,
+) -> BTreeMap<String, f64> {
+    let mut terms = BTreeMap::new();
+    terms.insert("cpu_usage".to_owned(), w.cpu * f.cpu / 100.0);
+    if f.max_memory > 0.0 {
+        terms.insert("memory_usage".to_owned(), w.memory * f.memory_usage);
+        terms.insert(
+            "available_memory".to_owned(),
+            w.available * (1.0 - f.available_memory),
+        );
+        let relative = if largest_memory > 0.0 {
+            f.max_memory / largest_memory
+        } else {
+            0.0
+        };
+        terms.insert(
+            "max_available_memory".to_owned(),
+            w.max_memory * (1.0 - relative),
+        );
+    }
+    let relative_activations = if most_activations > 0.0 {
+        f.activations / most_activations
+    } else {
+        0.0
+    };
+    terms.insert(
+        "activation_count".to_owned(),
+        w.activations * relative_activations,
+    );
+    terms
+}
+
+pub fn choose<'v>(
+    view: &ClusterView,
+    candidates: &[&'v SiloRecord],
+    local: Option<&'v SiloRecord>,
+    options: &ResourceOptimizedOptions,
+    rng: &mut impl Rng,
+) -> Choice<'v> {
+    if candidates.len() == 1 {
+        return Choice::plain(candidates[0], Rule::OnlyCandidate);
+    }
+    let any_statistics = view.silos.iter().any(|s| {
+        matches!(view.status(s), SiloStatus::Joining | SiloStatus::Active)
+            && Figures::of(s).is_some()
+    });
+    if !any_statistics {
+        return Choice::plain(random::choose(candidates, rng), Rule::NoStatistics);
+    }
+
+    let with_figures: Vec<(usize, Figures)> = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, silo)| Figures::of(silo).map(|f| (i, f)))
+        .collect();
+    let largest_memory = with_figures
+        .iter()
+        .map(|(_, f)| f.max_memory)
+        .fold(0.0, f64::max);
+    let most_activations = with_figures
+        .iter()
+        .map(|(_, f)| f.activations)
+        .fold(0.0, f64::max);
+    let weights = Weights::of(options);
+    let score_terms = |f: &Figures| terms(f, &weights, largest_memory, most_activations);
+
+    let mut relevant: Vec<(usize, Figures)> = with_figures
+        .iter()
+        .copied()
+        .filter(|(_, f)| !f.overloaded)
+        .collect();
+    let sampled = (relevant.len() as f64).sqrt().ceil() as usize;
+    for i in 0..sampled {
+        let j = rng.gen_range(i..relevant.len());
+        relevant.swap(i, j);
+    }
+
+    let mut scores = Vec::with_capacity(sampled + 1);
+    let (mut best_index, mut best_score) = (0usize, 1.0f64);
+    for (i, figures) in &relevant[..sampled] {
+        let terms = score_terms(figures);
+        let score: f64 = terms.values().sum();
+        let jitter = rng.gen::<f64>() / 100_000.0;
+        if score + jitter < best_score {
+            (best_index, best_score) = (*i, score);
+        }
+        scores.push(CandidateScore {
+            silo: candidates[*i].id.to_string(),
+            score,
+            terms,
+        });
+    }
+
+    let local_score = local.and_then(|local| {
+        let (_, figures) = with_figures
+            .iter()
+            .find(|(i, f)| candidates[*i].id == local.id && !f.overloaded)?;
+        let terms = score_terms(figures);
+        let score: f64 = terms.values().sum();
+        if !scores.iter().any(|s| s.silo == local.id.as_str()) {
+            scores.push(CandidateScore {
+                silo: local.id.to_string(),
+                score,
+                terms,
+            });
+        }
+        Some((local, score))
+    });
+    let margin = f64::from(options.local_silo_preference_margin) / 100.0;
+    if let Some((local, score)) = local_score {
+        if view.status(local) == SiloStatus::Active && score - margin <= best_score {
+            return Choice {
+                silo: local,
+                rule: Rule::LocalWithinMargin,
+                scores,
+            };
+        }
+    }
+    let rule = if relevant.is_empty() {
+        Rule::AllOverloaded
+    } else {
+        Rule::LowestScore
+    };
+    Choice {
+        silo: candidates[best_index],
+        rule,
+        scores,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::placement::testing::{silo, view};
+
+    const GIB: u64 = 1 << 30;
+
+    fn loaded(id: &str, cpu: f64, used: u64, max: u64, activations: u64) -> SiloRecord {
+        let mut s = silo(id, SiloStatus::Active, None);
+        s.profile.smoothing.cpu_usage = Some(cpu);
+        s.profile.smoothing.memory_usage_bytes = Some(used);
+        s.profile.load.max_available_memory_bytes = Some(max);
+        s.profile.load.activation_count = Some(activations);
+        s
+    }
+
+    /// The reference's worked example: A scores 0.695, B 0.275.
+    fn worked_example() -> ClusterView {
+        view(vec![
+            loaded("A", 80.0, 4 * GIB, 8 * GIB, 1000),
+            loaded("B", 20.0, 16 * GIB * 3 / 10, 16 * GIB, 500),
+        ])
+    }
+
+    fn decide(
+        v: &ClusterView,
+        local: Option<&str>,
+        options: &ResourceOptimizedOptions,
+        seed: u64,
+    ) -> (String, Rule, Vec<CandidateScore>) {
+        let candidates: Vec<&SiloRecord> = v.silos.iter().collect();
+        let local = local.and_then(|l| v.silos.iter().find(|s| s.id.as_str() == l));
+        let choice = choose(
+            v,
+            &candidates,
+            local,
+            options,
+            &mut ChaCha8Rng::seed_from_u64(seed),
+        );
+        (choice.silo.id.to_string(), choice.rule, choice.scores)
+    }
+
+    #[test]
+    fn the_worked_example_scores_and_picks_as_the_reference_says() {
+        let v = worked_example();
+        let (chosen, rule, scores) = decide(&v, None, &ResourceOptimizedOptions::default(), 1);
+        assert_eq!((chosen.as_str(), rule), ("B", Rule::LowestScore));
+        let score_of = |id: &str| scores.iter().find(|s| s.silo == id).unwrap().score;
+        assert!((score_of("A") - 0.695).abs() < 1e-9, "{scores:?}");
+        assert!((score_of("B") - 0.275).abs() < 1e-9, "{scores:?}");
+
+        // Scenario 7: local = A → B (0.695 − 0.05 > 0.275); local = B → B, kept local.
+        assert_eq!(
+            decide(&v, Some("A"), &ResourceOptimizedOptions::default(), 1).0,
+            "B"
+        );
+        let (chosen, rule, _) = decide(&v, Some("B"), &ResourceOptimizedOptions::default(), 1);
+        assert_eq!((chosen.as_str(), rule), ("B", Rule::LocalWithinMargin));
+    }
+
+    #[test]
+    fn a_local_silo_within_the_margin_keeps_the_grain() {
+        // Scores 0.30 (A, local) and 0.27 (B): 0.30 − 0.05 ≤ 0.27, so A keeps it. CPU only.
+        let only_cpu = ResourceOptimizedOptions {
+            cpu_usage_weight: 100,
+            memory_usage_weight: 0,
+            available_memory_weight: 0,
+            max_available_memory_weight: 0,
+            activation_count_weight: 0,
+            local_silo_preference_margin: 5,
+        };
+        let v = view(vec![loaded("A", 30.0, 0, 0, 1), loaded("B", 27.0, 0, 0, 1)]);
+        assert_eq!(
+            decide(&v, Some("A"), &only_cpu, 3).1,
+            Rule::LocalWithinMargin
+        );
+        let no_margin = ResourceOptimizedOptions {
+            local_silo_preference_margin: 0,
+            ..only_cpu
+        };
+        assert_eq!(decide(&v, Some("A"), &no_margin, 3).0, "B");
+    }
+
+    #[test]
+    fn scenario_8_one_candidate_or_no_figures() {
+        let mut overloaded = loaded("only", 99.0, 0, 0, 1);
+        overloaded.profile.load.overloaded = true;
+        let one = view(vec![overloaded]);
+        assert_eq!(
+            decide(&one, None, &ResourceOptimizedOptions::default(), 0).1,
+            Rule::OnlyCandidate
+        );
+        let bare = view(vec![
+            silo("a", SiloStatus::Active, None),
+            silo("b", SiloStatus::Active, None),
+        ]);
+        assert_eq!(
+            decide(&bare, None, &ResourceOptimizedOptions::default(), 0).1,
+            Rule::NoStatistics
+        );
+    }
+
+    #[test]
+    fn all_overloaded_falls_back_to_the_first_compatible_silo() {
+        let mut a = loaded("a", 99.0, 0, 0, 1);
+        let mut b = loaded("b", 10.0, 0, 0, 1);
+        a.profile.load.overloaded = true;
+        b.profile.load.overloaded = true;
+        let v = view(vec![a, b]);
+        let (chosen, rule, _) = decide(&v, None, &ResourceOptimizedOptions::default(), 0);
+        assert_eq!((chosen.as_str(), rule), ("a", Rule::AllOverloaded));
+    }
+
+    #[test]
+    fn zero_activations_everywhere_gives_a_zero_term_not_nan() {
+        let v = view(vec![loaded("a", 50.0, 0, 0, 0), loaded("b", 10.0, 0, 0, 0)]);
+        let (chosen, _, scores) = decide(&v, None, &ResourceOptimizedOptions::default(), 0);
+        assert_eq!(chosen, "b");
+        assert!(scores.iter().all(|s| s.score.is_finite()));
+    }
+
+    #[test]
+    fn about_the_square_root_of_the_candidates_is_sampled() {
+        let v = view(
+            (0..10)
+                .map(|i| loaded(&format!("s{i}"), 10.0, 0, 0, 1))
+                .collect(),
+        );
+        let (_, _, scores) = decide(&v, None, &ResourceOptimizedOptions::default(), 0);
+        assert_eq!(scores.len(), 4, "ceil(sqrt(10)) = 4");
+    }
+}
