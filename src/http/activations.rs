@@ -54,6 +54,9 @@ impl From<Activation> for ActivationResponse {
 pub struct DeactivateQuery {
     /// The silo that hosted the activation; the entry is removed only if it is still there.
     pub silo: String,
+    /// The activation's epoch (from its placement); when given, the entry is removed only if it
+    /// is still that activation, so a late or retried deactivation cannot remove a newer one.
+    pub epoch: Option<i64>,
 }
 
 /// Which silo's activations, and where to resume.
@@ -123,7 +126,7 @@ pub async fn get_activation(
     responses(
         (status = 204, description = "The entry was removed"),
         (status = 404, description = "The grain has no activation", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The activation is on another silo; nothing was removed", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The grain is now another activation (on another silo, or a newer epoch); nothing was removed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster, grain or silo", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
@@ -136,7 +139,10 @@ pub async fn delete_activation(
     let cluster = ClusterName::parse(&cluster)?;
     let grain = GrainId::parse("grain", &grain)?;
     let silo = SiloId::parse("silo", &query.silo)?;
-    state.oracle.deactivate(&cluster, &grain, &silo).await?;
+    state
+        .oracle
+        .deactivate(&cluster, &grain, &silo, query.epoch)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -69,7 +69,7 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
 /// Parses JSON, telling syntax errors (400) from content errors (422 naming the field).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+    let value = serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
         match inner.classify() {
@@ -81,7 +81,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
             _ => ApiError::bad_request(format!("the body is not valid JSON: {inner}")),
         }
-    })
+    })?;
+    deserializer
+        .end()
+        .map_err(|error| ApiError::bad_request(format!("the body is not valid JSON: {error}")))?;
+    Ok(value)
 }
 
 /// The field a serde error is about. serde_path_to_error's path already ends with an unknown
@@ -189,6 +193,11 @@ mod tests {
         );
         assert_eq!(field(r#"{"cpu_usage": 1"#).0, StatusCode::BAD_REQUEST);
         assert_eq!(field("[]").0, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(field(r#"{"cpu_usage": 1} junk"#).0, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            field(r#"{"cpu_usage": 1}{"cpu_usage": 2}"#).0,
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::cluster::{ClusterName, GrainId, SiloId};
-use crate::oracle::{PlaceRequest, Placement};
+use crate::oracle::{Outcome, PlaceRequest, Placement};
 use crate::placement::{Explanation, Strategy};
 use crate::validation::{Invalid, Violations};
 
@@ -57,18 +57,6 @@ impl PlacementRequest {
     }
 }
 
-/// Whether the directory already had the grain.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PlacementOutcome {
-    /// A live activation was already registered; this is where it is.
-    Existing,
-    /// No live activation existed; this call placed and registered it.
-    Placed,
-    /// A stateless worker: this call goes here; nothing was registered.
-    Stateless,
-}
-
 /// Where the grain lives.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PlacementResponse {
@@ -78,7 +66,7 @@ pub struct PlacementResponse {
     pub silo: String,
     #[schema(example = "10.0.0.7:11111")]
     pub address: String,
-    pub outcome: PlacementOutcome,
+    pub outcome: Outcome,
     /// The strategy that placed the activation.
     #[schema(example = "resource_optimized")]
     pub strategy: String,
@@ -101,11 +89,7 @@ impl From<Placement> for PlacementResponse {
             grain: placement.grain,
             silo: placement.silo,
             address: placement.address,
-            outcome: match placement.outcome {
-                crate::oracle::Outcome::Existing => PlacementOutcome::Existing,
-                crate::oracle::Outcome::Placed => PlacementOutcome::Placed,
-                crate::oracle::Outcome::Stateless => PlacementOutcome::Stateless,
-            },
+            outcome: placement.outcome,
             strategy: placement.strategy,
             epoch: placement.epoch,
             max_local: placement.max_local,

@@ -30,7 +30,8 @@ pub struct PlaceRequest {
 }
 
 /// Whether the answer was already in the directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// A live activation was registered already.
     Existing,
@@ -129,8 +130,7 @@ impl Oracle {
                     .map(|&i| (cluster.clone(), requests[i].grain.clone()))
                     .collect(),
             )
-            .await
-            .inspect_err(|_| metric::store_error("lookup"))?;
+            .await?;
 
         let mut results: Vec<Option<Result<Placement, OracleError>>> =
             (0..requests.len()).map(|_| None).collect();
@@ -221,8 +221,7 @@ impl Oracle {
                         .map(|(_, entry)| (cluster.clone(), entry.clone()))
                         .collect(),
                 )
-                .await
-                .inspect_err(|_| metric::store_error("register"))?;
+                .await?;
             for ((i, _), registration) in attempts.into_iter().zip(registrations) {
                 match registration {
                     Registration::Registered(activation) => {
@@ -296,24 +295,25 @@ impl Oracle {
     ) -> Result<Activation, OracleError> {
         self.lookups
             .call((cluster.clone(), grain.clone()))
-            .await
-            .inspect_err(|_| metric::store_error("lookup"))?
+            .await?
             .filter(|located| located.live)
             .map(|located| located.activation)
             .ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
 
-    /// Removes the grain's activation, but only if it is still on `silo`: a silo must never remove
-    /// an activation that has since been placed elsewhere.
+    /// Removes the grain's activation, but only if it is still on `silo` (and is activation
+    /// `epoch`, when given): a silo must never remove an activation that has since been placed
+    /// elsewhere, nor — when a late or retried deactivation arrives — a newer one on itself.
     pub async fn deactivate(
         &self,
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
+        epoch: Option<i64>,
     ) -> Result<(), OracleError> {
         let removed = self
             .store
-            .deactivate(cluster, grain, silo)
+            .deactivate(cluster, grain, silo, epoch)
             .await
             .inspect_err(|_| metric::store_error("deactivate"))?;
         if removed {
@@ -323,6 +323,7 @@ impl Oracle {
             Ok(current) => Err(OracleError::ActivationElsewhere {
                 grain: grain.to_string(),
                 silo: current.silo,
+                epoch: current.epoch,
             }),
             Err(error) => Err(error),
         }
@@ -369,14 +370,16 @@ pub(super) async fn lookup_batch(
     let mut answers = vec![None; calls.len()];
     for (cluster, positions) in by_cluster(&calls) {
         let grains: Vec<GrainId> = positions.iter().map(|&i| calls[i].1.clone()).collect();
-        let mut found: HashMap<String, Located> = store
+        let found: HashMap<String, Located> = store
             .lookup(cluster, &grains, now)
-            .await?
+            .await
+            .inspect_err(|_| metric::store_error("lookup"))?
             .into_iter()
             .map(|located| (located.activation.grain.clone(), located))
             .collect();
         for &i in &positions {
-            answers[i] = found.remove(calls[i].1.as_str());
+            // The same grain may be queued twice in one batch (two callers at once): both get it.
+            answers[i] = found.get(calls[i].1.as_str()).cloned();
         }
     }
     Ok(answers)

@@ -93,11 +93,12 @@ impl Oracle {
             })
     }
 
-    /// A graceful leave: the silo is forgotten and its activations released. Returns how many.
+    /// A graceful leave: the silo is marked dead (its id cannot rejoin) and its activations are
+    /// released. Returns how many.
     pub async fn leave(&self, cluster: &ClusterName, silo: &SiloId) -> Result<u64, OracleError> {
         let released = self
             .store
-            .remove_silo(cluster, silo)
+            .remove_silo(cluster, silo, self.clock.now_ms())
             .await
             .inspect_err(|_| metric::store_error("remove_silo"))?
             .ok_or_else(|| OracleError::SiloNotFound {

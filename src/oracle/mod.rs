@@ -8,6 +8,7 @@ mod membership;
 mod sweeper;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,8 +46,12 @@ pub enum OracleError {
     SiloNotFound { cluster: String, silo: String },
     #[error("grain `{0}` has no activation")]
     ActivationNotFound(String),
-    #[error("grain `{grain}` is active on silo `{silo}`, not on the silo named")]
-    ActivationElsewhere { grain: String, silo: String },
+    #[error("grain `{grain}` is now activation {epoch} on silo `{silo}`, not the one named; nothing was removed")]
+    ActivationElsewhere {
+        grain: String,
+        silo: String,
+        epoch: i64,
+    },
     #[error(transparent)]
     HeartbeatRejected(#[from] HeartbeatRejection),
     #[error(transparent)]
@@ -65,6 +70,9 @@ pub struct Oracle {
     lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
     registrations: Batcher<(ClusterName, NewActivation), Registration>,
     memberships: Mutex<HashMap<ClusterName, (Instant, Arc<Membership>)>>,
+    /// Bumped whenever this replica changes membership, so a read that was under way during the
+    /// change is not cached as if it came after it.
+    membership_changes: AtomicU64,
     /// What this replica placed on each silo since its last heartbeat, per cluster
     /// (`activation_count` adds it to the silo's reported figures).
     deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
@@ -97,6 +105,7 @@ impl Oracle {
             lookups,
             registrations,
             memberships: Mutex::default(),
+            membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
         }
     }
@@ -145,9 +154,13 @@ impl Oracle {
                 }
             }
         }
+        let changes_before = self.membership_changes.load(Ordering::SeqCst);
+        let read_at = Instant::now();
         let membership = Arc::new(self.read_membership(cluster).await?);
-        self.cached_memberships()
-            .insert(cluster.clone(), (Instant::now(), membership.clone()));
+        let mut cache = self.cached_memberships();
+        if self.membership_changes.load(Ordering::SeqCst) == changes_before {
+            cache.insert(cluster.clone(), (read_at, membership.clone()));
+        }
         Ok((membership, false))
     }
 
@@ -163,6 +176,8 @@ impl Oracle {
     /// Drops this replica's cached membership after it changed it, so its next decision sees the
     /// change (other replicas see it within [`MEMBERSHIP_MAX_AGE`]).
     fn forget_membership(&self, cluster: &ClusterName) {
-        self.cached_memberships().remove(cluster);
+        let mut cache = self.cached_memberships();
+        self.membership_changes.fetch_add(1, Ordering::SeqCst);
+        cache.remove(cluster);
     }
 }

@@ -164,15 +164,17 @@ impl Store for MemoryStore {
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
+        now: Millis,
     ) -> Result<Option<u64>, StoreError> {
         let mut clusters = self.clusters();
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(None);
         };
-        if state.silos.remove(silo.as_str()).is_none() {
+        let Some(record) = state.silos.get_mut(silo.as_str()) else {
             return Ok(None);
-        }
-        state.dead_since.remove(silo.as_str());
+        };
+        record.status = SiloStatus::Dead;
+        state.dead_since.entry(silo.to_string()).or_insert(now);
         Ok(Some(state.release_silo(silo.as_str())))
     }
 
@@ -207,7 +209,14 @@ impl Store for MemoryStore {
             let grain = new.grain.as_str();
             if let Some(existing) = state.directory.get(grain) {
                 if new.replaces_epoch == Some(existing.epoch) && !state.live(&existing.silo, now) {
-                    state.remove_entry(grain);
+                    // Declare the silo dead (final) before giving its grain away, and release the
+                    // rest of its entries with it, as a sweep would.
+                    let silo = existing.silo.clone();
+                    if let Some(record) = state.silos.get_mut(&silo) {
+                        record.status = SiloStatus::Dead;
+                    }
+                    state.dead_since.entry(silo.clone()).or_insert(now);
+                    state.release_silo(&silo);
                 } else {
                     results.push(Registration::Existing(
                         state.located(grain, now).expect("entry exists"),
@@ -246,15 +255,15 @@ impl Store for MemoryStore {
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
+        epoch: Option<i64>,
     ) -> Result<bool, StoreError> {
         let mut clusters = self.clusters();
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(false);
         };
-        let on_silo = state
-            .directory
-            .get(grain.as_str())
-            .is_some_and(|entry| entry.silo == silo.as_str());
+        let on_silo = state.directory.get(grain.as_str()).is_some_and(|entry| {
+            entry.silo == silo.as_str() && epoch.is_none_or(|epoch| entry.epoch == epoch)
+        });
         if on_silo {
             state.remove_entry(grain.as_str());
         }

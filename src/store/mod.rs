@@ -139,11 +139,13 @@ pub trait Store: Send + Sync + 'static {
     /// The cluster's silos, or `None` when the cluster has never sent a heartbeat.
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError>;
 
-    /// Removes a silo that leaves gracefully, releasing its activations; `None` when unknown.
+    /// A graceful leave: marks the silo dead (a tombstone, so the id cannot rejoin) and releases its
+    /// activations; `None` when unknown. Leaving twice releases nothing the second time.
     async fn remove_silo(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
+        now: Millis,
     ) -> Result<Option<u64>, StoreError>;
 
     /// Directory entries of these grains (absent grains are left out).
@@ -163,12 +165,14 @@ pub trait Store: Send + Sync + 'static {
         now: Millis,
     ) -> Result<Vec<Registration>, StoreError>;
 
-    /// Removes the grain's entry if it is on `silo`; `true` when it did.
+    /// Removes the grain's entry if it is on `silo` (and is activation `epoch`, when given); `true`
+    /// when it did.
     async fn deactivate(
         &self,
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
+        epoch: Option<i64>,
     ) -> Result<bool, StoreError>;
 
     /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.

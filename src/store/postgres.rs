@@ -3,8 +3,10 @@
 //! Every invariant is enforced by the database, not by a replica: the directory's primary key makes
 //! registration first-writer-wins across replicas, registration checks the chosen silo's liveness in
 //! the same statement that inserts, heartbeats use optimistic concurrency on the row version, and
-//! the sweep that declares silos dead is idempotent. Liveness is always `last_heartbeat_ms > now −
-//! ttl` with `now` from the oracle's clock, so every query agrees with `cluster::silo::is_fresh`.
+//! the sweep that declares silos dead is idempotent. Liveness is always the SQL function
+//! `silo_is_live` (a migration) with `now` from the oracle's clock, the same rule as
+//! `cluster::silo::is_fresh`. A directory entry is only ever released after its silo is marked dead
+//! (or deleted), and dead is final, so a late heartbeat cannot revive a silo whose grains moved.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -243,22 +245,29 @@ impl Store for PostgresStore {
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
+        now: Millis,
     ) -> Result<Option<u64>, StoreError> {
+        // Mark it dead first (the row lock makes any racing heartbeat wait, then fail), then
+        // release its entries; the tombstone keeps the id from rejoining until it expires.
         let mut tx = self.pool.begin().await?;
+        let known = sqlx::query(
+            "UPDATE silos SET status = 'dead', dead_since_ms = COALESCE(dead_since_ms, $3)
+             WHERE cluster = $1 AND silo = $2",
+        )
+        .bind(cluster.as_str())
+        .bind(silo.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         let released = sqlx::query("DELETE FROM activations WHERE cluster = $1 AND silo = $2")
             .bind(cluster.as_str())
             .bind(silo.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        let removed = sqlx::query("DELETE FROM silos WHERE cluster = $1 AND silo = $2")
-            .bind(cluster.as_str())
-            .bind(silo.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
         tx.commit().await?;
-        Ok((removed == 1).then_some(released))
+        Ok((known == 1).then_some(released))
     }
 
     async fn lookup(
@@ -270,7 +279,7 @@ impl Store for PostgresStore {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
         let rows = sqlx::query(
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
-                    (s.status <> 'dead' AND s.last_heartbeat_ms > $3 - COALESCE(c.silo_ttl_ms, $4)) AS live
+                    silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $4), $3) AS live
              FROM activations a
              JOIN silos s ON s.cluster = a.cluster AND s.silo = a.silo
              JOIN clusters c ON c.name = a.cluster
@@ -311,12 +320,29 @@ impl Store for PostgresStore {
             })
             .unzip();
         if !stale_grains.is_empty() {
+            // An entry is released only once its silo is marked dead — by this statement, under the
+            // silo row's lock, or before it. A heartbeat racing in for that silo then finds it dead
+            // and is refused, so a silo can never keep running a grain the directory gave away.
             sqlx::query(
-                "DELETE FROM activations a USING silos s, clusters c,
-                        UNNEST($2::text[], $3::int8[]) AS stale(grain, epoch)
-                 WHERE a.cluster = $1 AND a.grain = stale.grain AND a.epoch = stale.epoch
-                   AND s.cluster = a.cluster AND s.silo = a.silo AND c.name = a.cluster
-                   AND NOT (s.status <> 'dead' AND s.last_heartbeat_ms > $4 - COALESCE(c.silo_ttl_ms, $5))",
+                "WITH stale AS (
+                    SELECT a.grain, a.silo FROM activations a
+                    JOIN UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
+                      ON a.grain = s.grain AND a.epoch = s.epoch
+                    WHERE a.cluster = $1
+                 ),
+                 dead AS (
+                    UPDATE silos s SET status = 'dead', dead_since_ms = $4
+                    FROM clusters c
+                    WHERE s.cluster = $1 AND c.name = s.cluster
+                      AND s.silo IN (SELECT silo FROM stale)
+                      AND s.status <> 'dead'
+                      AND NOT silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $5), $4)
+                    RETURNING s.silo
+                 )
+                 DELETE FROM activations a USING stale, silos s
+                 WHERE a.cluster = $1 AND a.grain = stale.grain AND a.silo = stale.silo
+                   AND s.cluster = a.cluster AND s.silo = a.silo
+                   AND (s.status = 'dead' OR s.silo IN (SELECT silo FROM dead))",
             )
             .bind(cluster.as_str())
             .bind(&stale_grains)
@@ -338,7 +364,7 @@ impl Store for PostgresStore {
                 FROM UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(grain, silo, strategy, position)
                 JOIN silos s ON s.cluster = $1 AND s.silo = n.silo
                 CROSS JOIN ttl
-                WHERE s.status = 'active' AND s.last_heartbeat_ms > $5 - ttl.ms
+                WHERE s.status = 'active' AND silo_is_live(s.status, s.last_heartbeat_ms, ttl.ms, $5)
                 ORDER BY n.position
                 ON CONFLICT (cluster, grain) DO NOTHING
                 RETURNING grain, silo, strategy, epoch, created_ms
@@ -399,14 +425,18 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
+        epoch: Option<i64>,
     ) -> Result<bool, StoreError> {
-        let done =
-            sqlx::query("DELETE FROM activations WHERE cluster = $1 AND grain = $2 AND silo = $3")
-                .bind(cluster.as_str())
-                .bind(grain.as_str())
-                .bind(silo.as_str())
-                .execute(&self.pool)
-                .await?;
+        let done = sqlx::query(
+            "DELETE FROM activations WHERE cluster = $1 AND grain = $2 AND silo = $3
+               AND ($4::int8 IS NULL OR epoch = $4)",
+        )
+        .bind(cluster.as_str())
+        .bind(grain.as_str())
+        .bind(silo.as_str())
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -438,7 +468,7 @@ impl Store for PostgresStore {
                 UPDATE silos s SET status = 'dead', dead_since_ms = $1
                 FROM clusters c
                 WHERE c.name = s.cluster AND s.status <> 'dead'
-                  AND s.last_heartbeat_ms <= $1 - COALESCE(c.silo_ttl_ms, $2)
+                  AND NOT silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $2), $1)
                 RETURNING s.cluster, s.silo
              ),
              released AS (

@@ -175,6 +175,33 @@ async fn a_grain_on_a_dead_silo_is_replaced_once_when_replicas_race() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silo_whose_grain_was_given_away_cannot_heartbeat_its_way_back() {
+    let (a, b, _check) = two_replicas().await;
+    a.heartbeat("s@1", json!({})).await;
+    a.post("/placements", json!({ "grain": "user/g", "hint": "s@1" }))
+        .await;
+
+    // The other silos keep beating. Replica a's clock passes s's TTL; replica b's clock lags a
+    // little behind and still finds s fresh.
+    let half = crate::helpers::TTL_MS / 2;
+    a.clock.advance_ms(half);
+    for i in 1..=5 {
+        a.heartbeat(&format!("10.0.0.{i}:11111@1"), json!({})).await;
+    }
+    a.clock.advance_ms(half);
+    b.clock.advance_ms(crate::helpers::TTL_MS - 5);
+    let moved = a.place("user/g").await;
+    assert_ne!(moved["silo"], "s@1");
+
+    let late = b.try_heartbeat("s@1", json!({})).await;
+    assert_eq!(
+        late.problem(axum::http::StatusCode::CONFLICT)["type"],
+        "urn:placement-oracle:problem:silo-declared-dead",
+        "s must learn it lost its grains, not be told all is well"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
     let database = TestDatabase::create_empty().await;
     let mut replicas = JoinSet::new();

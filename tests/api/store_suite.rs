@@ -357,12 +357,28 @@ async fn a_graceful_leave_releases_the_silos_activations(backend: Backend) {
     let left = app.delete("/silos/a@1").await;
     assert_eq!(left.status, StatusCode::OK);
     assert_eq!(left.body["released_activations"], 2);
-    app.get("/silos/a@1").await.problem(StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.get("/silos/a@1").await.body["status"],
+        "dead",
+        "kept as a tombstone"
+    );
     app.get("/activations/user/alice")
         .await
         .problem(StatusCode::NOT_FOUND);
     assert_eq!(app.place("user/alice").await["silo"], "b@1");
-    app.delete("/silos/a@1")
+
+    // The id is spent: a late or retried heartbeat cannot bring it back with grains it gave up.
+    let late = app.try_heartbeat("a@1", json!({})).await;
+    assert_eq!(
+        late.problem(StatusCode::CONFLICT)["type"],
+        "urn:placement-oracle:problem:silo-declared-dead"
+    );
+    let again = app.delete("/silos/a@1").await;
+    assert_eq!(
+        (again.status, &again.body["released_activations"]),
+        (StatusCode::OK, &json!(0))
+    );
+    app.delete("/silos/nobody@1")
         .await
         .problem(StatusCode::NOT_FOUND);
 }
@@ -392,6 +408,26 @@ async fn deactivation_only_removes_the_entry_on_the_named_silo(backend: Backend)
     app.delete("/activations/user/alice?silo=a@1")
         .await
         .problem(StatusCode::NOT_FOUND);
+
+    // A late deactivation naming an older activation on the same silo removes nothing.
+    let on_a = json!({ "grain": "user/bob", "hint": "a@1" });
+    let old = app.post("/placements", on_a.clone()).await.body["epoch"]
+        .as_i64()
+        .unwrap();
+    let removed = app
+        .delete(&format!("/activations/user/bob?silo=a@1&epoch={old}"))
+        .await;
+    assert_eq!(removed.status, StatusCode::NO_CONTENT);
+    let new = app.post("/placements", on_a).await.body;
+    assert!(new["epoch"].as_i64().unwrap() > old);
+    let late = app
+        .delete(&format!("/activations/user/bob?silo=a@1&epoch={old}"))
+        .await;
+    late.problem(StatusCode::CONFLICT);
+    assert_eq!(
+        app.get("/activations/user/bob").await.body["epoch"],
+        new["epoch"]
+    );
 }
 
 async fn a_silos_activations_are_listed_in_pages(backend: Backend) {
