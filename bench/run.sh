@@ -54,7 +54,11 @@ to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v 
 run() { # name script
   # Each scenario starts from a clean table: no autovacuum of the previous scenario's churn in it.
   psql "$SERVER/$DATABASE" -qc 'VACUUM (ANALYZE)' >/dev/null
+  # A fresh run id per wrk invocation, so "new" grains of the measured run are never ones the
+  # warm-up already placed.
+  export BENCH_RUN="$$-$1-warmup"
   wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -s "bench/wrk/$2.lua" "$BASE" >/dev/null  # warm-up
+  export BENCH_RUN="$$-$1-measured"
   local out; out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "bench/wrk/$2.lua" "$BASE")
   local rps p50 p99 errors
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
