@@ -191,6 +191,12 @@ impl From<PlacementError> for ApiError {
                 "No active silo has the grain's role",
                 error.to_string(),
             ),
+            PlacementError::FilteredOut { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "filtered-out",
+                "A required metadata filter left no silo",
+                error.to_string(),
+            ),
             PlacementError::AllOverloaded { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "all-overloaded",

@@ -279,6 +279,7 @@ impl Oracle {
                         },
                         strategy: request.strategy.unwrap_or_default(),
                         options,
+                        filters: &[],
                         explain: request.explain,
                     };
                     placement::place(view, &decision, deltas, rng)

@@ -8,6 +8,7 @@
 //! documented where it is made.
 
 pub mod activation_count;
+pub mod filters;
 pub mod hash;
 pub mod hash_based;
 pub mod options;
@@ -190,6 +191,9 @@ pub struct Explanation {
     pub candidates: Vec<String>,
     /// Known silos that were not candidates, with the reason.
     pub excluded: Vec<Excluded>,
+    /// What each placement filter removed, in the order they ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<filters::FilterEffect>,
     /// What the placement hint did, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
@@ -222,6 +226,11 @@ pub enum PlacementError {
     NoSiloWithRole { role: String },
     #[error("all {candidates} compatible silo(s) report being overloaded")]
     AllOverloaded { candidates: usize },
+    #[error("filter {filter} left no silo: none of the compatible silos {compatible:?} matches the requesting silo's metadata")]
+    FilteredOut {
+        filter: String,
+        compatible: Vec<String>,
+    },
 }
 
 /// Candidates for a grain type: active, alive silos that host it, in view order.
@@ -289,6 +298,8 @@ pub struct Request<'a> {
     pub input: PlacementInput<'a>,
     pub strategy: Strategy,
     pub options: &'a StrategyOptions,
+    /// The grain type's metadata filters, applied to the compatible silos first.
+    pub filters: &'a [filters::Filter],
     pub explain: bool,
 }
 
@@ -302,8 +313,21 @@ pub fn place(
 ) -> Result<Decision, PlacementError> {
     let input = request.input;
     let grain_type = input.grain.grain_type();
-    let compatible = compatible(view, grain_type);
     let local = input.requesting_silo.and_then(|id| view.find(id));
+    let all_compatible = compatible(view, grain_type);
+    let no_metadata = BTreeMap::new();
+    let local_metadata = local.map_or(&no_metadata, |l| &l.profile.metadata);
+    let (compatible, filter_effects) =
+        filters::apply(request.filters, local_metadata, all_compatible.clone());
+    if compatible.is_empty() && !all_compatible.is_empty() {
+        return Err(PlacementError::FilteredOut {
+            filter: filter_effects
+                .last()
+                .map(|e| e.filter.clone())
+                .unwrap_or_default(),
+            compatible: all_compatible.iter().map(|s| s.id.to_string()).collect(),
+        });
+    }
 
     let candidates = match request.strategy {
         Strategy::SiloRole => {
@@ -376,6 +400,7 @@ pub fn place(
                 })
             })
             .collect(),
+        filters: filter_effects,
         hint: input.hint.map(|hint| match hinted {
             Some(_) => format!("{hint} is compatible: used"),
             None => format!("{hint} is not a compatible silo: ignored"),
@@ -462,6 +487,7 @@ mod tests {
             input,
             strategy,
             options: &options,
+            filters: &[],
             explain,
         };
         super::place(view, &request, &mut LocalDeltas::default(), rng)
