@@ -80,11 +80,11 @@ pub mod metric {
         );
         describe_counter!(
             PLACEMENTS,
-            "Placement answers by strategy and outcome (existing, placed, unplaceable)"
+            "Placement answers by strategy and outcome (existing, placed, stateless, unplaceable)"
         );
         describe_gauge!(
             SILOS,
-            "Silos by stored status, all clusters, as of the last sweep"
+            "Silos by stored status, all clusters, as of the last gauge refresh (every 10 s)"
         );
         describe_counter!(
             SILOS_DECLARED_DEAD,
@@ -92,7 +92,7 @@ pub mod metric {
         );
         describe_gauge!(
             DIRECTORY_ENTRIES,
-            "Grain directory entries, all clusters, as of the last sweep"
+            "Grain directory entries, all clusters, as of the last gauge refresh (every 10 s)"
         );
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
     }

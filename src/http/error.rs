@@ -266,6 +266,12 @@ impl From<OracleError> for ApiError {
                     detail,
                 )
             }
+            OracleError::PolicyVersionMismatch { .. } => Self::new(
+                StatusCode::PRECONDITION_FAILED,
+                "policy-version-mismatch",
+                "The policy changed since it was read",
+                detail,
+            ),
             OracleError::Unplaceable(error) => error.into(),
             OracleError::Store(error) => error.into(),
         }

@@ -11,6 +11,7 @@ mod activations;
 mod heartbeats;
 mod ops;
 mod placements;
+mod policy;
 mod silos;
 
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub struct Limits {
     tags(
         (name = "membership", description = "Silo heartbeats and cluster membership"),
         (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
+        (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
         (name = "operations", description = "Health, readiness and metrics")
     )
 )]
@@ -86,6 +88,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(silos::get_silo, silos::delete_silo))
         .routes(routes!(placements::post_placement))
         .routes(routes!(placements::post_placement_batch))
+        .routes(routes!(policy::get_policy, policy::put_policy))
         .routes(routes!(activations::list_activations))
         .routes(routes!(
             activations::get_activation,

@@ -159,8 +159,10 @@ pub async fn get_silo(
 
 /// Leave the cluster gracefully.
 ///
-/// Forgets the silo at once and releases its activations, so their grains are placed anew on their
-/// next call. A silo that stops without calling this is declared dead after `silo_ttl_ms` instead.
+/// Marks the silo dead at once and releases its activations, so their grains are placed anew on
+/// their next call. The id is spent (it cannot heartbeat again; rejoin under a new generation) and
+/// stays listed as dead for an hour. A silo that stops without calling this is declared dead after
+/// `silo_ttl_ms` instead.
 #[utoipa::path(
     delete,
     path = "/v1/clusters/{cluster}/silos/{silo}",

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use super::{Oracle, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
-use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy, StrategyOptions};
+use crate::placement::policy::Policy;
+use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
 use crate::store::{Activation, Located, NewActivation, Registration, Store, StoreError};
 use crate::telemetry::metric;
 
@@ -24,7 +25,7 @@ pub struct PlaceRequest {
     pub grain: GrainId,
     pub requesting_silo: Option<SiloId>,
     pub hint: Option<SiloId>,
-    /// Overrides the default strategy for this call.
+    /// Overrides the policy's strategy for this call.
     pub strategy: Option<Strategy>,
     pub explain: bool,
 }
@@ -117,10 +118,20 @@ impl Oracle {
         cluster: &ClusterName,
         requests: &[PlaceRequest],
     ) -> Result<Vec<Result<Placement, OracleError>>, OracleError> {
-        let options = StrategyOptions::default();
-        let strategy_of = |request: &PlaceRequest| request.strategy.unwrap_or_default();
+        // The policy decides each grain's strategy, and stateless workers skip the directory, so
+        // the (usually cached) membership read with its policy comes first.
+        let (membership, _) = self.membership_for_placement(cluster, false).await?;
+        let strategies: Vec<Strategy> = requests
+            .iter()
+            .map(|r| {
+                membership
+                    .policy
+                    .resolve(r.grain.grain_type(), r.strategy)
+                    .strategy
+            })
+            .collect();
         let registered: Vec<usize> = (0..requests.len())
-            .filter(|&i| strategy_of(&requests[i]).registers())
+            .filter(|&i| strategies[i].registers())
             .collect();
         let found = self
             .lookups
@@ -168,12 +179,13 @@ impl Oracle {
                 silos: membership.silos.clone(),
             };
 
-            let decisions = self.decide(cluster, &view, requests, &pending, &options);
+            let policy = &membership.policy;
+            let decisions = self.decide(cluster, &view, policy, requests, &strategies, &pending);
             let mut attempts = Vec::with_capacity(pending.len());
             let mut explanations = HashMap::new();
             for (i, decided) in pending.into_iter().zip(decisions) {
                 let request = &requests[i];
-                let strategy = strategy_of(request);
+                let strategy = strategies[i];
                 match decided {
                     Ok(decision) if !strategy.registers() => {
                         metric::placement(strategy.as_str(), Outcome::Stateless.as_str());
@@ -185,7 +197,13 @@ impl Oracle {
                             epoch: None,
                             outcome: Outcome::Stateless,
                             explanation: decision.explanation,
-                            max_local: Some(options.stateless_worker.max_local),
+                            max_local: Some(
+                                policy
+                                    .resolve(request.grain.grain_type(), Some(strategy))
+                                    .options
+                                    .stateless_worker
+                                    .max_local,
+                            ),
                         }));
                     }
                     Ok(decision) => {
@@ -262,24 +280,26 @@ impl Oracle {
         &self,
         cluster: &ClusterName,
         view: &ClusterView,
+        policy: &Policy,
         requests: &[PlaceRequest],
+        strategies: &[Strategy],
         pending: &[usize],
-        options: &StrategyOptions,
     ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
         self.with_rng_and_deltas(cluster, |rng, deltas| {
             pending
                 .iter()
                 .map(|&i| {
                     let request = &requests[i];
+                    let resolved = policy.resolve(request.grain.grain_type(), Some(strategies[i]));
                     let decision = placement::Request {
                         input: PlacementInput {
                             grain: &request.grain,
                             requesting_silo: request.requesting_silo.as_ref(),
                             hint: request.hint.as_ref(),
                         },
-                        strategy: request.strategy.unwrap_or_default(),
-                        options,
-                        filters: &[],
+                        strategy: resolved.strategy,
+                        options: resolved.options,
+                        filters: resolved.filters,
                         explain: request.explain,
                     };
                     placement::place(view, &decision, deltas, rng)
@@ -409,10 +429,11 @@ pub(super) async fn register_batch(
             }
         }
         let entries: Vec<NewActivation> = unique.iter().map(|&i| calls[i].1.clone()).collect();
-        for (&i, registration) in unique
-            .iter()
-            .zip(store.register(cluster, &entries, now).await?)
-        {
+        let registrations = store
+            .register(cluster, &entries, now)
+            .await
+            .inspect_err(|_| metric::store_error("register"))?;
+        for (&i, registration) in unique.iter().zip(registrations) {
             answers[i] = registration;
         }
         for (i, first) in duplicates {

@@ -21,6 +21,7 @@ pub use sweeper::run_sweeper;
 
 use crate::clock::Clock;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection};
+use crate::placement::policy::Policy;
 use crate::placement::{LocalDeltas, PlacementError};
 use crate::store::{Located, Membership, NewActivation, Registration, Store, StoreError};
 use crate::telemetry::metric;
@@ -31,7 +32,7 @@ const MAX_BATCH: usize = 1_000;
 /// Batched store calls of one kind in flight at once. Measured on two cores with bench/run.sh:
 /// 2 and 4 do alike, 8 loses a third of the throughput to contention.
 const BATCHES_IN_FLIGHT: usize = 4;
-/// How long a placement may decide against a membership read by an earlier placement. Correctness
+/// How long a placement may decide against a membership (and policy) read by an earlier placement. Correctness
 /// does not depend on it: registration re-checks the chosen silo in the same statement that
 /// inserts, and a placement that finds its silo gone decides again on a fresh read. It only bounds
 /// how stale the load figures behind a decision may be (Orleans publishes them once a second).
@@ -52,6 +53,8 @@ pub enum OracleError {
         silo: String,
         epoch: i64,
     },
+    #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
+    PolicyVersionMismatch { current: i64 },
     #[error(transparent)]
     HeartbeatRejected(#[from] HeartbeatRejection),
     #[error(transparent)]
@@ -179,5 +182,35 @@ impl Oracle {
         let mut cache = self.cached_memberships();
         self.membership_changes.fetch_add(1, Ordering::SeqCst);
         cache.remove(cluster);
+    }
+
+    /// The cluster's policy and its version.
+    pub async fn policy(&self, cluster: &ClusterName) -> Result<(Policy, i64), OracleError> {
+        let membership = self.read_membership(cluster).await?;
+        Ok((membership.policy, membership.policy_version))
+    }
+
+    /// Replaces the cluster's policy if it is still at version `expected` (`None`: any), creating
+    /// the cluster if needed. Returns the new version. Other replicas decide with it within
+    /// [`MEMBERSHIP_MAX_AGE`]; this one at once.
+    pub async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+    ) -> Result<i64, OracleError> {
+        let written = self
+            .store
+            .put_policy(cluster, policy, expected, self.clock.now_ms())
+            .await
+            .inspect_err(|_| metric::store_error("put_policy"))?;
+        self.forget_membership(cluster);
+        match written {
+            Ok(version) => {
+                tracing::info!(%cluster, version, "placement policy changed");
+                Ok(version)
+            }
+            Err(current) => Err(OracleError::PolicyVersionMismatch { current }),
+        }
     }
 }

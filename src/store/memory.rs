@@ -15,6 +15,7 @@ use super::{
 use crate::clock::Millis;
 use crate::cluster::silo::is_fresh;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::placement::policy::Policy;
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -27,6 +28,8 @@ struct Entry {
 #[derive(Debug)]
 struct ClusterState {
     silo_ttl_ms: Millis,
+    policy: Policy,
+    policy_version: i64,
     silos: BTreeMap<String, SiloRecord>,
     /// When each dead silo was declared dead, for tombstone expiry.
     dead_since: HashMap<String, Millis>,
@@ -106,6 +109,24 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn cluster_state<'c>(
+        &self,
+        clusters: &'c mut HashMap<ClusterName, ClusterState>,
+        cluster: &ClusterName,
+    ) -> &'c mut ClusterState {
+        clusters
+            .entry(cluster.clone())
+            .or_insert_with(|| ClusterState {
+                silo_ttl_ms: self.default_silo_ttl_ms,
+                policy: Policy::default(),
+                policy_version: 0,
+                silos: BTreeMap::new(),
+                dead_since: HashMap::new(),
+                directory: HashMap::new(),
+                by_silo: HashMap::new(),
+            })
+    }
+
     fn next_epoch(&self) -> i64 {
         let mut last = self
             .last_epoch
@@ -134,15 +155,7 @@ impl Store for MemoryStore {
         update: &HeartbeatUpdate<'_>,
     ) -> Result<Result<(SiloRecord, Millis), HeartbeatRejection>, StoreError> {
         let mut clusters = self.clusters();
-        let state = clusters
-            .entry(cluster.clone())
-            .or_insert_with(|| ClusterState {
-                silo_ttl_ms: self.default_silo_ttl_ms,
-                silos: BTreeMap::new(),
-                dead_since: HashMap::new(),
-                directory: HashMap::new(),
-                by_silo: HashMap::new(),
-            });
+        let state = self.cluster_state(&mut clusters, cluster);
         let ttl = state.silo_ttl_ms;
         match update(state.silos.get(silo.as_str()), ttl) {
             Ok(record) => {
@@ -157,6 +170,8 @@ impl Store for MemoryStore {
         Ok(self.clusters().get(cluster).map(|state| Membership {
             silo_ttl_ms: state.silo_ttl_ms,
             silos: state.silos.values().cloned().collect(),
+            policy: state.policy.clone(),
+            policy_version: state.policy_version,
         }))
     }
 
@@ -351,5 +366,26 @@ impl Store for MemoryStore {
             silos_by_status: by_status.into_values().collect(),
             directory_entries: entries,
         })
+    }
+
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+        _now: Millis,
+    ) -> Result<Result<i64, i64>, StoreError> {
+        let mut clusters = self.clusters();
+        let default_ttl = self.default_silo_ttl_ms;
+        let state = self.cluster_state(&mut clusters, cluster);
+        if expected.is_some_and(|expected| expected != state.policy_version) {
+            return Ok(Err(state.policy_version));
+        }
+        state.policy = policy.clone();
+        state.policy_version += 1;
+        state.silo_ttl_ms = policy.silo_ttl_ms.map_or(default_ttl, |ttl| {
+            Millis::try_from(ttl).unwrap_or(Millis::MAX)
+        });
+        Ok(Ok(state.policy_version))
     }
 }

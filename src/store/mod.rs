@@ -15,6 +15,7 @@ use async_trait::async_trait;
 
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::placement::policy::Policy;
 
 /// How long a dead silo stays listed (status `dead`) before its record is dropped and its id may
 /// be used again.
@@ -53,12 +54,15 @@ pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, Millis) -> Result<Sil
     + Sync
     + 'a;
 
-/// Every silo of a cluster, and the TTL that decides which are alive.
+/// Every silo of a cluster, the TTL that decides which are alive, and the placement policy: all
+/// that a placement decision reads, in one store call.
 #[derive(Debug, Clone)]
 pub struct Membership {
     pub silo_ttl_ms: Millis,
     /// Ordered by silo id.
     pub silos: Vec<SiloRecord>,
+    pub policy: Policy,
+    pub policy_version: i64,
 }
 
 /// One directory entry: a grain's single activation.
@@ -190,4 +194,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts for metrics.
     async fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Replaces the cluster's policy if its version is `expected` (`None`: whatever it is),
+    /// creating the cluster if needed (a cluster never written has version 0). `Ok(new version)`,
+    /// or `Err(current version)` when another writer got there first.
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+        now: Millis,
+    ) -> Result<Result<i64, i64>, StoreError>;
 }

@@ -25,6 +25,7 @@ use super::{
 use crate::clock::Millis;
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::placement::policy::Policy;
 
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).
@@ -220,7 +221,7 @@ impl Store for PostgresStore {
 
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT COALESCE(c.silo_ttl_ms, $2) AS ttl, {SILO_COLUMNS}
+            "SELECT COALESCE(c.silo_ttl_ms, $2) AS ttl, c.policy, c.policy_version, {SILO_COLUMNS}
              FROM clusters c LEFT JOIN silos s ON s.cluster = c.name
              WHERE c.name = $1 ORDER BY s.silo"
         ))
@@ -232,13 +233,20 @@ impl Store for PostgresStore {
             return Ok(None);
         };
         let silo_ttl_ms: Millis = first.try_get("ttl")?;
+        let Json(policy): Json<Policy> = first.try_get("policy")?;
+        let policy_version: i64 = first.try_get("policy_version")?;
         let mut silos = Vec::with_capacity(rows.len());
         for row in &rows {
             if row.try_get::<Option<String>, _>("silo")?.is_some() {
                 silos.push(silo_from_row(row)?);
             }
         }
-        Ok(Some(Membership { silo_ttl_ms, silos }))
+        Ok(Some(Membership {
+            silo_ttl_ms,
+            silos,
+            policy,
+            policy_version,
+        }))
     }
 
     async fn remove_silo(
@@ -527,5 +535,47 @@ impl Store for PostgresStore {
             silos_by_status,
             directory_entries: u64::try_from(entries).unwrap_or(0),
         })
+    }
+
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+        now: Millis,
+    ) -> Result<Result<i64, i64>, StoreError> {
+        let ttl = policy
+            .silo_ttl_ms
+            .map(|ttl| i64::try_from(ttl).unwrap_or(i64::MAX));
+        // The cluster may not exist yet (a policy written before any silo joins); create it at
+        // version 0 so the conditional update below has a row to compare against.
+        sqlx::query(
+            "INSERT INTO clusters (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(cluster.as_str())
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        self.known().insert(cluster.clone());
+        let updated: Option<i64> = sqlx::query_scalar(
+            "UPDATE clusters SET policy = $2, silo_ttl_ms = $3, policy_version = policy_version + 1
+             WHERE name = $1 AND ($4::int8 IS NULL OR policy_version = $4)
+             RETURNING policy_version",
+        )
+        .bind(cluster.as_str())
+        .bind(Json(policy))
+        .bind(ttl)
+        .bind(expected)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(version) = updated {
+            return Ok(Ok(version));
+        }
+        let current: i64 =
+            sqlx::query_scalar("SELECT policy_version FROM clusters WHERE name = $1")
+                .bind(cluster.as_str())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(Err(current))
     }
 }

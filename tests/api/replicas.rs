@@ -202,6 +202,43 @@ async fn a_silo_whose_grain_was_given_away_cannot_heartbeat_its_way_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_policy_change_on_one_replica_reaches_the_other_within_a_second() {
+    let (a, b, _check) = two_replicas().await;
+    // b decides once, so it holds a membership-and-policy read.
+    assert_eq!(
+        b.place("user/before").await["strategy"],
+        "resource_optimized"
+    );
+
+    let request = axum::http::Request::builder()
+        .method(axum::http::Method::PUT)
+        .uri(a.path("/policy"))
+        .header("content-type", "application/json")
+        .header("if-match", "*")
+        .body(axum::body::Body::from(
+            json!({ "default_strategy": "hash_based" }).to_string(),
+        ))
+        .unwrap();
+    assert_eq!(a.send_request(request).await.status, 200);
+
+    // Within a second (the read b holds is at most a quarter of a second old) b places by it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut i = 0;
+    loop {
+        i += 1;
+        let answer = b.place(&format!("user/after-{i}")).await;
+        if answer["strategy"] == "hash_based" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica b still places with the old policy"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
     let database = TestDatabase::create_empty().await;
     let mut replicas = JoinSet::new();

@@ -35,6 +35,8 @@ for_both_stores!(
     deactivation_only_removes_the_entry_on_the_named_silo,
     a_silos_activations_are_listed_in_pages,
     a_batch_places_many_grains_with_one_result_each,
+    the_policy_is_versioned_and_every_bad_field_named,
+    the_policy_decides_strategy_filters_and_ttl_per_grain_type,
 );
 
 async fn three_silos(app: &TestApp) {
@@ -514,4 +516,134 @@ async fn a_batch_places_many_grains_with_one_result_each(backend: Backend) {
             result["placement"]["silo"]
         );
     }
+}
+
+async fn put_policy(app: &TestApp, if_match: Option<&str>, body: Value) -> crate::helpers::Reply {
+    let mut request = axum::http::Request::builder()
+        .method(axum::http::Method::PUT)
+        .uri(app.path("/policy"))
+        .header("content-type", "application/json");
+    if let Some(if_match) = if_match {
+        request = request.header("if-match", if_match);
+    }
+    app.send_request(
+        request
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await
+}
+
+async fn the_policy_is_versioned_and_every_bad_field_named(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    app.get("/policy").await.problem(StatusCode::NOT_FOUND);
+
+    let first = put_policy(&app, Some("\"0\""), json!({ "default_strategy": "random" })).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    assert_eq!(first.body["version"], 1);
+    assert_eq!(first.headers["etag"], "\"1\"");
+    let read = app.get("/policy").await;
+    assert_eq!(read.body["policy"]["default_strategy"], "random");
+    assert_eq!(read.headers["etag"], "\"1\"");
+
+    // A writer that read version 0 lost the race: 412, and nothing changed.
+    let stale = put_policy(
+        &app,
+        Some("\"0\""),
+        json!({ "default_strategy": "hash_based" }),
+    )
+    .await;
+    stale.problem(StatusCode::PRECONDITION_FAILED);
+    put_policy(&app, None, json!({}))
+        .await
+        .problem(StatusCode::PRECONDITION_REQUIRED);
+    put_policy(&app, Some("yesterday"), json!({}))
+        .await
+        .problem(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        app.get("/policy").await.body["policy"]["default_strategy"],
+        "random"
+    );
+
+    let invalid = put_policy(
+        &app,
+        Some("\"1\""),
+        json!({
+            "silo_ttl_ms": 1,
+            "grain_types": { "user": { "options": { "resource_optimized": { "cpu_usage_weight": 500 } } } }
+        }),
+    )
+    .await;
+    assert_eq!(
+        invalid.invalid_fields(),
+        [
+            "silo_ttl_ms",
+            "grain_types.user.options.resource_optimized.cpu_usage_weight"
+        ]
+    );
+    let unknown = put_policy(&app, Some("*"), json!({ "default_strategy": "teleport" })).await;
+    assert_eq!(unknown.invalid_fields(), ["default_strategy"]);
+
+    let overwrite = put_policy(&app, Some("*"), json!({})).await;
+    assert_eq!(overwrite.body["version"], 2);
+}
+
+async fn the_policy_decides_strategy_filters_and_ttl_per_grain_type(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    let silos = ["10.0.1.1:11111@1", "10.0.0.2:11111@1", "10.0.0.3:11111@1"];
+    for (silo, zone) in silos.iter().zip(["z1", "z1", "z2"]) {
+        app.heartbeat(silo, json!({ "metadata": { "zone": zone } }))
+            .await;
+    }
+    let policy = json!({
+        "default_strategy": "random",
+        "silo_ttl_ms": 60000,
+        "grain_types": {
+            "user": { "strategy": "hash_based" },
+            "session": { "filters": [{ "kind": "required_match", "keys": ["zone"] }] },
+            "worker": { "strategy": "stateless_worker", "options": { "stateless_worker": { "max_local": 3 } } }
+        }
+    });
+    assert_eq!(
+        put_policy(&app, Some("\"0\""), policy).await.status,
+        StatusCode::OK
+    );
+
+    // user → hash_based: the Orleans answers of the reference's scenario 1.
+    assert_eq!(app.place("user/alice").await["silo"], silos[2]);
+    assert_eq!(app.place("user/bob").await["silo"], silos[1]);
+    // session → required zone match with the requesting silo (zone z2 → only the third silo).
+    for i in 0..5 {
+        let answer = app
+            .post("/placements", json!({ "grain": format!("session/{i}"), "requesting_silo": silos[2], "explain": true }))
+            .await
+            .body;
+        assert_eq!(answer["silo"], silos[2]);
+        assert_eq!(
+            answer["explanation"]["filters"][0]["removed"],
+            json!([silos[1], silos[0]]) // in view order: silo ids in byte order
+        );
+    }
+    // worker → stateless, with the type's max_local.
+    let worker = app
+        .post(
+            "/placements",
+            json!({ "grain": "worker/w", "requesting_silo": silos[0] }),
+        )
+        .await
+        .body;
+    assert_eq!(
+        (worker["outcome"].as_str(), worker["max_local"].as_u64()),
+        (Some("stateless"), Some(3))
+    );
+    // The policy's TTL (60 s) now decides liveness, not the oracle's default (10 s).
+    app.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(
+        app.get(&format!("/silos/{}", silos[0])).await.body["status"],
+        "active"
+    );
+    assert_eq!(
+        app.get(&format!("/silos/{}", silos[0])).await.body["silo_ttl_ms"],
+        60000
+    );
 }

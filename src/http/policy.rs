@@ -1,0 +1,118 @@
+//! `GET · PUT /v1/clusters/{cluster}/policy`: the placement policy, versioned with ETag / If-Match.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::AppState;
+use crate::cluster::ClusterName;
+use crate::placement::policy::Policy;
+
+/// The policy and its version (also sent as the `ETag`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PolicyResponse {
+    /// Increases with every change; 0 for a policy never written.
+    #[schema(example = 3)]
+    pub version: i64,
+    pub policy: Policy,
+}
+
+fn respond(version: i64, policy: Policy) -> Response {
+    let etag = HeaderValue::from_str(&format!("\"{version}\"")).expect("digits are a valid header");
+    let mut response = Json(PolicyResponse { version, policy }).into_response();
+    response.headers_mut().insert(header::ETAG, etag);
+    response
+}
+
+/// Reads `If-Match`: `"3"` (or `W/"3"`) means "only if still version 3", `*` means "whatever it is".
+fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "if-match-required",
+            "If-Match is required",
+            "send If-Match with the ETag of the policy you read (or `*` to overwrite whatever is there), so that concurrent changes are not lost",
+        ));
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    text.trim_start_matches("W/")
+        .trim_matches('"')
+        .parse::<i64>()
+        .map(Some)
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "If-Match must be an ETag this API issued (like \"3\") or *, got {text:?}"
+            ))
+        })
+}
+
+/// Read the placement policy.
+///
+/// The default strategy and options, per grain type overrides and filters, and the silo TTL. The
+/// `ETag` header carries the version to send back in `If-Match` when changing it.
+#[utoipa::path(
+    get,
+    path = "/v1/clusters/{cluster}/policy",
+    tag = "policy",
+    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    responses(
+        (status = 200, description = "The policy", body = PolicyResponse, headers(("ETag" = String, description = "The policy's version, quoted"))),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_policy(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let (policy, version) = state.oracle.policy(&cluster).await?;
+    Ok(respond(version, policy))
+}
+
+/// Replace the placement policy.
+///
+/// Needs `If-Match` with the version read (or `*`): a writer that lost a race gets 412 instead of
+/// overwriting the other's change. Creates the cluster if it does not exist yet. Every replica
+/// places with the new policy within a quarter of a second.
+#[utoipa::path(
+    put,
+    path = "/v1/clusters/{cluster}/policy",
+    tag = "policy",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("If-Match" = String, Header, description = "The ETag of the policy this change is based on, or `*`", example = "\"0\""),
+    ),
+    request_body = Policy,
+    responses(
+        (status = 200, description = "The new policy", body = PolicyResponse, headers(("ETag" = String, description = "The new version, quoted"))),
+        (status = 400, description = "Malformed JSON or If-Match", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "The policy changed since it was read", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "If-Match is missing", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn put_policy(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    headers: HeaderMap,
+    ApiJson(policy): ApiJson<Policy>,
+) -> Result<Response, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let expected = expected_version(&headers)?;
+    policy.validate()?;
+    let version = state.oracle.put_policy(&cluster, &policy, expected).await?;
+    Ok(respond(version, policy))
+}

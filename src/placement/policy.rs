@@ -1,0 +1,189 @@
+//! A cluster's placement policy: the default strategy and options, per-grain-type overrides and
+//! filters, and the silo TTL. Operators change it at run time (`PUT …/policy`); every replica
+//! decides with it within a membership read's age.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::filters::{self, Filter};
+use super::{Strategy, StrategyOptions};
+use crate::cluster::names::check_grain_type;
+use crate::validation::{Invalid, Violations};
+
+/// Most grain types one policy may configure.
+const MAX_GRAIN_TYPES: usize = 4_096;
+
+/// Which background movers must leave a grain type's activations where they are (Orleans
+/// `[Immovable]`). Placement itself ignores it; the rebalancer and repartitioner honour it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Immovable {
+    #[default]
+    No,
+    Repartitioner,
+    Rebalancer,
+    Any,
+}
+
+/// Overrides for one grain type.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrainTypePolicy {
+    /// The strategy for this type; absent means the cluster's default.
+    pub strategy: Option<Strategy>,
+    /// Options for this type, replacing the cluster's; absent means the cluster's.
+    pub options: Option<StrategyOptions>,
+    /// Metadata filters, run in ascending `order` before the strategy.
+    pub filters: Vec<Filter>,
+    pub immovable: Immovable,
+}
+
+/// A cluster's placement policy.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+#[schema(example = json!({
+    "default_strategy": "resource_optimized",
+    "silo_ttl_ms": 10000,
+    "grain_types": {
+        "user": { "strategy": "hash_based" },
+        "session": { "strategy": "prefer_local",
+                     "filters": [{ "kind": "required_match", "keys": ["zone"] }] },
+        "worker": { "strategy": "stateless_worker",
+                    "options": { "stateless_worker": { "max_local": 4 } } }
+    }
+}))]
+pub struct Policy {
+    /// The strategy of grain types without their own.
+    pub default_strategy: Strategy,
+    /// Options of grain types without their own.
+    pub options: StrategyOptions,
+    /// Silence after which a silo is dead, 100 ms to one day; absent means the oracle's default
+    /// (`ORACLE_SILO_TTL_MS`).
+    pub silo_ttl_ms: Option<u64>,
+    /// Per grain type overrides, keyed by grain type.
+    pub grain_types: BTreeMap<String, GrainTypePolicy>,
+}
+
+/// What a placement of one grain type uses.
+#[derive(Debug, Clone, Copy)]
+pub struct Resolved<'p> {
+    pub strategy: Strategy,
+    pub options: &'p StrategyOptions,
+    pub filters: &'p [Filter],
+}
+
+impl Policy {
+    /// Checks every field, naming each bad one.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let mut v = Violations::default();
+        v.check(self.options.validate("options."));
+        if let Some(ttl) = self.silo_ttl_ms {
+            if !(100..=86_400_000).contains(&ttl) {
+                v.add(
+                    "silo_ttl_ms",
+                    format!("must be from 100 to 86400000 (one day), got {ttl}"),
+                );
+            }
+        }
+        if self.grain_types.len() > MAX_GRAIN_TYPES {
+            v.add(
+                "grain_types",
+                format!("must configure at most {MAX_GRAIN_TYPES} grain types"),
+            );
+        }
+        for (grain_type, policy) in &self.grain_types {
+            let prefix = format!("grain_types.{grain_type}");
+            v.check(check_grain_type(&prefix, grain_type));
+            if let Some(options) = &policy.options {
+                v.check(options.validate(&format!("{prefix}.options.")));
+            }
+            v.check(filters::validate(
+                &policy.filters,
+                &format!("{prefix}.filters"),
+            ));
+        }
+        v.finish(|| ())
+    }
+
+    /// The strategy, options and filters for `grain_type`; a per-call strategy overrides both.
+    pub fn resolve(&self, grain_type: &str, requested: Option<Strategy>) -> Resolved<'_> {
+        let own = self.grain_types.get(grain_type);
+        Resolved {
+            strategy: requested
+                .or(own.and_then(|p| p.strategy))
+                .unwrap_or(self.default_strategy),
+            options: own
+                .and_then(|p| p.options.as_ref())
+                .unwrap_or(&self.options),
+            filters: own.map_or(&[], |p| p.filters.as_slice()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_policy_is_resource_optimized_with_orleans_options() {
+        let policy = Policy::default();
+        let resolved = policy.resolve("user", None);
+        assert_eq!(resolved.strategy, Strategy::ResourceOptimized);
+        assert_eq!(resolved.options, &StrategyOptions::default());
+        assert!(resolved.filters.is_empty());
+    }
+
+    #[test]
+    fn a_call_overrides_the_type_which_overrides_the_cluster() {
+        let policy: Policy = serde_json::from_value(serde_json::json!({
+            "default_strategy": "random",
+            "grain_types": { "user": { "strategy": "hash_based" } }
+        }))
+        .unwrap();
+        assert_eq!(policy.resolve("order", None).strategy, Strategy::Random);
+        assert_eq!(policy.resolve("user", None).strategy, Strategy::HashBased);
+        assert_eq!(
+            policy.resolve("user", Some(Strategy::PreferLocal)).strategy,
+            Strategy::PreferLocal
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let policy: Policy = serde_json::from_value(serde_json::json!({
+            "silo_ttl_ms": 5,
+            "options": { "resource_optimized": { "cpu_usage_weight": 101 } },
+            "grain_types": {
+                "us er": {},
+                "user": {
+                    "options": { "activation_count": { "choose_out_of": 0 } },
+                    "filters": [
+                        { "kind": "required_match", "keys": ["zone"] },
+                        { "kind": "preferred_match", "keys": ["rack"], "min_candidates": 0 }
+                    ]
+                }
+            }
+        }))
+        .unwrap();
+        let fields: Vec<String> = policy
+            .validate()
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "options.resource_optimized.cpu_usage_weight",
+                "silo_ttl_ms",
+                "grain_types.us er",
+                "grain_types.user.options.activation_count.choose_out_of",
+                "grain_types.user.filters[1].min_candidates",
+                "grain_types.user.filters[1].order",
+            ]
+        );
+    }
+}
