@@ -302,7 +302,10 @@ impl Oracle {
                         filters: resolved.filters,
                         explain: request.explain,
                     };
-                    placement::place(view, &decision, deltas, rng)
+                    let started = std::time::Instant::now();
+                    let decided = placement::place(view, &decision, deltas, rng);
+                    metric::placement_decision(resolved.strategy.as_str(), started.elapsed());
+                    decided
                 })
                 .collect()
         })

@@ -8,6 +8,7 @@
 //! documented where it is made.
 
 pub mod activation_count;
+pub mod consistent_hash;
 pub mod filters;
 pub mod hash;
 pub mod hash_based;
@@ -51,10 +52,13 @@ pub enum Strategy {
     StatelessWorker,
     /// Random among silos whose role is the grain's key (`SiloRoleBasedPlacement`).
     SiloRole,
+    /// Rendezvous hashing with bounded loads: about 1/n of grains move when one of n silos joins
+    /// or leaves, and no silo carries much more than the mean (beyond Orleans).
+    ConsistentHash,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Random,
         Strategy::PreferLocal,
         Strategy::HashBased,
@@ -62,6 +66,7 @@ impl Strategy {
         Strategy::ResourceOptimized,
         Strategy::StatelessWorker,
         Strategy::SiloRole,
+        Strategy::ConsistentHash,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +78,7 @@ impl Strategy {
             Strategy::ResourceOptimized => "resource_optimized",
             Strategy::StatelessWorker => "stateless_worker",
             Strategy::SiloRole => "silo_role",
+            Strategy::ConsistentHash => "consistent_hash",
         }
     }
 
@@ -164,6 +170,8 @@ pub enum Rule {
     AllOverloaded,
     /// Only one candidate: it is chosen without looking at its figures (Orleans' rule).
     OnlyCandidate,
+    /// The heaviest-weighted candidate was over its load bound; the next one under it was chosen.
+    LoadBound,
 }
 
 /// A silo left out of the candidates, and why.
@@ -375,6 +383,12 @@ pub fn place(
                 deltas,
                 rng,
             )?,
+            Strategy::ConsistentHash => consistent_hash::choose(
+                &candidates,
+                input.grain,
+                &request.options.consistent_hash,
+                deltas,
+            ),
             Strategy::ResourceOptimized => resource_optimized::choose(
                 view,
                 &candidates,
@@ -384,7 +398,10 @@ pub fn place(
             ),
         },
     };
-    if request.strategy == Strategy::ActivationCount {
+    if matches!(
+        request.strategy,
+        Strategy::ActivationCount | Strategy::ConsistentHash
+    ) {
         deltas.add(choice.silo, 1);
     }
 

@@ -105,6 +105,24 @@ pub struct StatelessWorkerOptions {
     pub max_local: u32,
 }
 
+/// Options of `consistent_hash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsistentHashOptions {
+    /// A silo carrying more than this percentage of the mean load is passed over (100 to 1000;
+    /// lower spreads more evenly, higher moves fewer grains when loads shift).
+    #[schema(example = 105)]
+    pub load_factor_percent: u32,
+}
+
+impl Default for ConsistentHashOptions {
+    fn default() -> Self {
+        Self {
+            load_factor_percent: 105,
+        }
+    }
+}
+
 /// Every strategy's options; each strategy reads its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -112,6 +130,7 @@ pub struct StrategyOptions {
     pub resource_optimized: ResourceOptimizedOptions,
     pub activation_count: ActivationCountOptions,
     pub stateless_worker: StatelessWorkerOptions,
+    pub consistent_hash: ConsistentHashOptions,
 }
 
 impl StrategyOptions {
@@ -125,6 +144,13 @@ impl StrategyOptions {
             self.activation_count
                 .validate(&format!("{prefix}activation_count.")),
         );
+        let factor = self.consistent_hash.load_factor_percent;
+        if !(100..=1_000).contains(&factor) {
+            v.add(
+                format!("{prefix}consistent_hash.load_factor_percent"),
+                format!("must be from 100 to 1000, got {factor}"),
+            );
+        }
         v.finish(|| ())
     }
 }
