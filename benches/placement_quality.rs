@@ -102,6 +102,7 @@ fn run_with(
             strategy,
             options,
             filters: &[],
+            chosen_by_webhook: None,
             explain: false,
         };
         let decision = place(&view, &request, &mut deltas, &mut rng).expect("a silo fits");

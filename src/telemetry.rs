@@ -64,6 +64,8 @@ pub mod metric {
     pub const DIRECTORY_ENTRIES: &str = "oracle_directory_entries";
     pub const STORE_ERRORS: &str = "oracle_store_errors_total";
     pub const DECISION_DURATION: &str = "oracle_placement_decision_duration_seconds";
+    pub const WEBHOOK_CALLS: &str = "oracle_webhook_calls_total";
+    pub const WEBHOOK_DURATION: &str = "oracle_webhook_duration_seconds";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -101,6 +103,15 @@ pub mod metric {
             Unit::Seconds,
             "Time to decide one placement (the pure strategy, without store calls), by strategy"
         );
+        describe_counter!(
+            WEBHOOK_CALLS,
+            "Placement webhook calls by outcome (chosen; or timeout, error, invalid, unconfigured: the fallback decided)"
+        );
+        describe_histogram!(
+            WEBHOOK_DURATION,
+            Unit::Seconds,
+            "Placement webhook call latency by outcome"
+        );
     }
 
     pub fn http_request(method: &str, route: &str, status: u16, seconds: f64) {
@@ -123,6 +134,13 @@ pub mod metric {
 
     pub fn placement_decision(strategy: &'static str, took: std::time::Duration) {
         metrics::histogram!(DECISION_DURATION, "strategy" => strategy).record(took.as_secs_f64());
+    }
+
+    /// One webhook call, by outcome: `chosen`, or a fallback because of `timeout`, `error`,
+    /// `invalid` (an answer that is not a candidate) or `unconfigured` (no URL in the policy).
+    pub fn webhook_call(outcome: &'static str, took: std::time::Duration) {
+        counter!(WEBHOOK_CALLS, "outcome" => outcome).increment(1);
+        metrics::histogram!(WEBHOOK_DURATION, "outcome" => outcome).record(took.as_secs_f64());
     }
 
     pub fn store_error(operation: &'static str) {

@@ -87,6 +87,16 @@ impl Placement {
     }
 }
 
+/// What one round of decisions reads.
+struct Round<'a> {
+    view: &'a ClusterView,
+    policy: &'a Policy,
+    requests: &'a [PlaceRequest],
+    strategies: &'a [Strategy],
+    /// The operators' choices for `webhook` requests, by request position.
+    webhook_choices: &'a HashMap<usize, SiloId>,
+}
+
 /// One page of a silo's activations.
 #[derive(Debug, Clone)]
 pub struct Page {
@@ -180,7 +190,20 @@ impl Oracle {
             };
 
             let policy = &membership.policy;
-            let decisions = self.decide(cluster, &view, policy, requests, &strategies, &pending);
+            let webhook_choices = self
+                .ask_webhooks(cluster, &view, policy, requests, &strategies, &pending)
+                .await;
+            let decisions = self.decide(
+                cluster,
+                &Round {
+                    view: &view,
+                    policy,
+                    requests,
+                    strategies: &strategies,
+                    webhook_choices: &webhook_choices,
+                },
+                &pending,
+            );
             let mut attempts = Vec::with_capacity(pending.len());
             let mut explanations = HashMap::new();
             for (i, decided) in pending.into_iter().zip(decisions) {
@@ -279,12 +302,16 @@ impl Oracle {
     fn decide(
         &self,
         cluster: &ClusterName,
-        view: &ClusterView,
-        policy: &Policy,
-        requests: &[PlaceRequest],
-        strategies: &[Strategy],
+        round: &Round<'_>,
         pending: &[usize],
     ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
+        let Round {
+            view,
+            policy,
+            requests,
+            strategies,
+            webhook_choices,
+        } = round;
         self.with_rng_and_deltas(cluster, |rng, deltas| {
             pending
                 .iter()
@@ -300,6 +327,7 @@ impl Oracle {
                         strategy: resolved.strategy,
                         options: resolved.options,
                         filters: resolved.filters,
+                        chosen_by_webhook: webhook_choices.get(&i),
                         explain: request.explain,
                     };
                     let started = std::time::Instant::now();

@@ -6,6 +6,7 @@ mod batcher;
 mod directory;
 mod membership;
 mod sweeper;
+mod webhook;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +80,8 @@ pub struct Oracle {
     /// What this replica placed on each silo since its last heartbeat, per cluster
     /// (`activation_count` adds it to the silo's reported figures).
     deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
+    /// For the `webhook` strategy; pools connections to the operators' endpoints.
+    http: reqwest::Client,
 }
 
 impl Oracle {
@@ -110,6 +113,7 @@ impl Oracle {
             memberships: Mutex::default(),
             membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
+            http: reqwest::Client::new(),
         }
     }
 

@@ -55,10 +55,13 @@ pub enum Strategy {
     /// Rendezvous hashing with bounded loads: about 1/n of grains move when one of n silos joins
     /// or leaves, and no silo carries much more than the mean (beyond Orleans).
     ConsistentHash,
+    /// The operator's HTTP endpoint picks among the candidates; a fallback strategy decides when
+    /// it is slow or wrong (beyond Orleans: custom placement without writing .NET).
+    Webhook,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 8] = [
+    pub const ALL: [Strategy; 9] = [
         Strategy::Random,
         Strategy::PreferLocal,
         Strategy::HashBased,
@@ -67,6 +70,7 @@ impl Strategy {
         Strategy::StatelessWorker,
         Strategy::SiloRole,
         Strategy::ConsistentHash,
+        Strategy::Webhook,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +83,7 @@ impl Strategy {
             Strategy::StatelessWorker => "stateless_worker",
             Strategy::SiloRole => "silo_role",
             Strategy::ConsistentHash => "consistent_hash",
+            Strategy::Webhook => "webhook",
         }
     }
 
@@ -172,6 +177,8 @@ pub enum Rule {
     OnlyCandidate,
     /// The heaviest-weighted candidate was over its load bound; the next one under it was chosen.
     LoadBound,
+    /// The operator's webhook chose this candidate.
+    Webhook,
 }
 
 /// A silo left out of the candidates, and why.
@@ -309,17 +316,18 @@ pub struct Request<'a> {
     pub options: &'a StrategyOptions,
     /// The grain type's metadata filters, applied to the compatible silos first.
     pub filters: &'a [filters::Filter],
+    /// For `webhook`: the silo the operator's endpoint chose, if it answered in time. Used when it
+    /// is a candidate; otherwise the webhook's fallback strategy decides.
+    pub chosen_by_webhook: Option<&'a SiloId>,
     pub explain: bool,
 }
 
-/// Decides where `request.input.grain` goes, counting an `activation_count` placement in `deltas`.
-/// Errors say why nothing fits.
-pub fn place(
-    view: &ClusterView,
+/// The silos a request may be placed on — compatible, through the filters, and for `silo_role` of
+/// the grain's role — with each filter's effect. The webhook strategy sends these to the operator.
+pub fn candidates<'v>(
+    view: &'v ClusterView,
     request: &Request<'_>,
-    deltas: &mut LocalDeltas,
-    rng: &mut impl Rng,
-) -> Result<Decision, PlacementError> {
+) -> Result<(Vec<&'v SiloRecord>, Vec<filters::FilterEffect>), PlacementError> {
     let input = request.input;
     let grain_type = input.grain.grain_type();
     let local = input.requesting_silo.and_then(|id| view.find(id));
@@ -337,21 +345,37 @@ pub fn place(
             compatible: all_compatible.iter().map(|s| s.id.to_string()).collect(),
         });
     }
+    if request.strategy != Strategy::SiloRole {
+        return Ok((compatible, filter_effects));
+    }
+    let role = input.grain.key();
+    let with_role = silo_role::candidates(&compatible, role);
+    if with_role.is_empty() && !compatible.is_empty() {
+        return Err(PlacementError::NoSiloWithRole {
+            role: role.to_owned(),
+        });
+    }
+    Ok((with_role, filter_effects))
+}
 
-    let candidates = match request.strategy {
-        Strategy::SiloRole => {
-            let role = input.grain.key();
-            let with_role = silo_role::candidates(&compatible, role);
-            if with_role.is_empty() && !compatible.is_empty() {
-                return Err(PlacementError::NoSiloWithRole {
-                    role: role.to_owned(),
-                });
-            }
-            with_role
-        }
-        _ => compatible,
+/// Decides where `request.input.grain` goes, counting an `activation_count` or `consistent_hash`
+/// placement in `deltas`. Errors say why nothing fits.
+pub fn place(
+    view: &ClusterView,
+    request: &Request<'_>,
+    deltas: &mut LocalDeltas,
+    rng: &mut impl Rng,
+) -> Result<Decision, PlacementError> {
+    let input = request.input;
+    let grain_type = input.grain.grain_type();
+    let local = input.requesting_silo.and_then(|id| view.find(id));
+    let (candidates, filter_effects) = candidates(view, request)?;
+    // `webhook` decides with the operator's answer when it names a candidate, else by its fallback.
+    let strategy = match request.strategy {
+        Strategy::Webhook => request.options.webhook.fallback,
+        other => other,
     };
-    let stateless_local = (request.strategy == Strategy::StatelessWorker)
+    let stateless_local = (strategy == Strategy::StatelessWorker)
         .then(|| stateless_worker::eligible_local(view, local, grain_type))
         .flatten();
     if candidates.is_empty() && stateless_local.is_none() {
@@ -361,9 +385,13 @@ pub fn place(
     let hinted = input
         .hint
         .and_then(|hint| candidates.iter().copied().find(|c| &c.id == hint));
-    let choice = match hinted {
-        Some(silo) => Choice::plain(silo, Rule::Hint),
-        None => match request.strategy {
+    let webhook_chose = request
+        .chosen_by_webhook
+        .and_then(|chosen| candidates.iter().copied().find(|c| &c.id == chosen));
+    let choice = match (hinted, webhook_chose) {
+        (Some(silo), _) => Choice::plain(silo, Rule::Hint),
+        (None, Some(silo)) => Choice::plain(silo, Rule::Webhook),
+        (None, None) => match strategy {
             Strategy::Random | Strategy::SiloRole => {
                 Choice::plain(random::choose(&candidates, rng), Rule::Random)
             }
@@ -389,7 +417,9 @@ pub fn place(
                 &request.options.consistent_hash,
                 deltas,
             ),
-            Strategy::ResourceOptimized => resource_optimized::choose(
+            // A webhook's fallback is never a webhook (the options refuse it); should one slip
+            // through, the default strategy decides.
+            Strategy::ResourceOptimized | Strategy::Webhook => resource_optimized::choose(
                 view,
                 &candidates,
                 local,
@@ -399,7 +429,7 @@ pub fn place(
         },
     };
     if matches!(
-        request.strategy,
+        strategy,
         Strategy::ActivationCount | Strategy::ConsistentHash
     ) {
         deltas.add(choice.silo, 1);
@@ -506,6 +536,7 @@ mod tests {
             strategy,
             options: &options,
             filters: &[],
+            chosen_by_webhook: None,
             explain,
         };
         super::place(view, &request, &mut LocalDeltas::default(), rng)

@@ -123,14 +123,75 @@ impl Default for ConsistentHashOptions {
     }
 }
 
+/// Options of `webhook`: the operator's endpoint that picks among the candidates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookOptions {
+    /// `http://` or `https://` URL the oracle POSTs each placement's candidates to; required by
+    /// grain types placed with `webhook`.
+    #[schema(example = "http://placement-hook.internal:9000/choose")]
+    pub url: Option<String>,
+    /// How long to wait for the answer (1 to 10 000 ms) before using the fallback.
+    #[schema(example = 250)]
+    pub timeout_ms: u32,
+    /// The strategy used when the endpoint is slow, failing, or answers a silo that is not a
+    /// candidate (any strategy but `webhook` and `stateless_worker`).
+    pub fallback: super::Strategy,
+}
+
+impl Default for WebhookOptions {
+    fn default() -> Self {
+        Self {
+            url: None,
+            timeout_ms: 250,
+            fallback: super::Strategy::ResourceOptimized,
+        }
+    }
+}
+
+impl WebhookOptions {
+    pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
+        let mut v = Violations::default();
+        if let Some(url) = &self.url {
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            if !scheme_ok
+                || url.len() > 2_048
+                || url.chars().any(|c| c.is_control() || c.is_whitespace())
+            {
+                v.add(
+                    format!("{prefix}url"),
+                    "must be an http:// or https:// URL of at most 2048 bytes without white space",
+                );
+            }
+        }
+        if !(1..=10_000).contains(&self.timeout_ms) {
+            v.add(
+                format!("{prefix}timeout_ms"),
+                format!("must be from 1 to 10000, got {}", self.timeout_ms),
+            );
+        }
+        if matches!(
+            self.fallback,
+            super::Strategy::Webhook | super::Strategy::StatelessWorker
+        ) {
+            v.add(
+                format!("{prefix}fallback"),
+                "must be a strategy that decides on its own and registers: not webhook or stateless_worker",
+            );
+        }
+        v.finish(|| ())
+    }
+}
+
 /// Every strategy's options; each strategy reads its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StrategyOptions {
     pub resource_optimized: ResourceOptimizedOptions,
     pub activation_count: ActivationCountOptions,
     pub stateless_worker: StatelessWorkerOptions,
     pub consistent_hash: ConsistentHashOptions,
+    pub webhook: WebhookOptions,
 }
 
 impl StrategyOptions {
@@ -144,6 +205,7 @@ impl StrategyOptions {
             self.activation_count
                 .validate(&format!("{prefix}activation_count.")),
         );
+        v.check(self.webhook.validate(&format!("{prefix}webhook.")));
         let factor = self.consistent_hash.load_factor_percent;
         if !(100..=1_000).contains(&factor) {
             v.add(

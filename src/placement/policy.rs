@@ -93,8 +93,21 @@ impl Policy {
                 format!("must configure at most {MAX_GRAIN_TYPES} grain types"),
             );
         }
+        if self.default_strategy == Strategy::Webhook && self.options.webhook.url.is_none() {
+            v.add(
+                "options.webhook.url",
+                "is required when the default strategy is webhook",
+            );
+        }
         for (grain_type, policy) in &self.grain_types {
             let prefix = format!("grain_types.{grain_type}");
+            let resolved = self.resolve(grain_type, None);
+            if resolved.strategy == Strategy::Webhook && resolved.options.webhook.url.is_none() {
+                v.add(
+                    format!("{prefix}.options.webhook.url"),
+                    "is required for a grain type placed by webhook",
+                );
+            }
             v.check(check_grain_type(&prefix, grain_type));
             if let Some(options) = &policy.options {
                 v.check(options.validate(&format!("{prefix}.options.")));

@@ -228,3 +228,108 @@ async fn silo_role_places_by_the_grain_key_and_says_when_no_silo_has_it() {
         "urn:placement-oracle:problem:no-silo-with-role"
     );
 }
+
+/// A stand-in for an operator's placement endpoint, on a real socket. `mode` says how it answers.
+async fn webhook_endpoint(mode: &'static str) -> String {
+    use axum::routing::post;
+    let app = axum::Router::new().route(
+        "/choose",
+        post(move |axum::Json(question): axum::Json<Value>| async move {
+            let candidates = question["candidates"].as_array().unwrap();
+            match mode {
+                "last" => axum::Json(json!({ "silo": candidates.last().unwrap()["silo"] })),
+                "slow" => {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    axum::Json(json!({ "silo": candidates[0]["silo"] }))
+                }
+                _ => axum::Json(json!({ "silo": "not-a-candidate@1" })),
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}/choose")
+}
+
+async fn webhook_policy(app: &TestApp, url: &str) {
+    let request = axum::http::Request::builder()
+        .method(axum::http::Method::PUT)
+        .uri(app.path("/policy"))
+        .header("content-type", "application/json")
+        .header("if-match", "*")
+        .body(axum::body::Body::from(
+            json!({
+                "grain_types": { "user": {
+                    "strategy": "webhook",
+                    "options": { "webhook": { "url": url, "timeout_ms": 100, "fallback": "hash_based" } }
+                } }
+            })
+            .to_string(),
+        ))
+        .unwrap();
+    let reply = app.send_request(request).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_webhook_chooses_among_the_candidates_and_a_fallback_decides_when_it_cannot() {
+    // Candidates go out in silo-id order, so the last one is 10.0.1.1.
+    let [a, b] = ["10.0.1.1:11111@1", "10.0.0.2:11111@1"];
+    for (mode, expected, rule) in [
+        ("last", a, "webhook"),
+        // The fallback is hash_based: user/bob → the second silo in Orleans order (scenario 1).
+        ("slow", b, "hash"),
+        ("wrong", b, "hash"),
+    ] {
+        let app = TestApp::new(Backend::Memory).await;
+        three_orleans_silos(&app).await;
+        webhook_policy(&app, &webhook_endpoint(mode).await).await;
+        let answer = place(&app, json!({ "grain": "user/bob", "explain": true })).await;
+        assert_eq!(answer["strategy"], "webhook");
+        assert_eq!(
+            (
+                answer["silo"].as_str(),
+                answer["explanation"]["rule"].as_str()
+            ),
+            (Some(expected), Some(rule)),
+            "endpoint that answers {mode}"
+        );
+    }
+
+    // An endpoint that is not there at all.
+    let app = TestApp::new(Backend::Memory).await;
+    three_orleans_silos(&app).await;
+    webhook_policy(&app, "http://127.0.0.1:9/choose").await;
+    assert_eq!(place(&app, json!({ "grain": "user/bob" })).await["silo"], b);
+
+    let metrics = app.send(axum::http::Method::GET, "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    for outcome in ["chosen", "timeout", "invalid", "error"] {
+        assert!(
+            text.contains(&format!(
+                "oracle_webhook_calls_total{{outcome=\"{outcome}\"}}"
+            )),
+            "no {outcome} webhook calls counted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_type_without_a_url_is_refused_by_the_policy() {
+    let app = TestApp::new(Backend::Memory).await;
+    let request = axum::http::Request::builder()
+        .method(axum::http::Method::PUT)
+        .uri(app.path("/policy"))
+        .header("content-type", "application/json")
+        .header("if-match", "*")
+        .body(axum::body::Body::from(
+            json!({ "grain_types": { "user": { "strategy": "webhook" } } }).to_string(),
+        ))
+        .unwrap();
+    let reply = app.send_request(request).await;
+    assert_eq!(
+        reply.invalid_fields(),
+        ["grain_types.user.options.webhook.url"]
+    );
+}

@@ -1,0 +1,163 @@
+//! Asking an operator's endpoint to choose among the candidates (the `webhook` strategy).
+//!
+//! The oracle POSTs the grain and its candidates (after compatibility and filters) and expects
+//! `{"silo": "…"}` back within the grain type's `timeout_ms`. A slow, failing or nonsensical
+//! answer is counted and the type's fallback strategy decides instead, so a broken endpoint
+//! degrades placement quality, never availability.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+use super::directory::PlaceRequest;
+use super::Oracle;
+use crate::cluster::{ClusterName, LoadReport, SiloId};
+use crate::placement::policy::Policy;
+use crate::placement::{self, ClusterView, PlacementInput, Strategy};
+use crate::telemetry::metric;
+
+/// What the endpoint receives.
+#[derive(Debug, Serialize)]
+struct Question {
+    cluster: String,
+    grain: String,
+    grain_type: String,
+    requesting_silo: Option<String>,
+    candidates: Vec<Candidate>,
+}
+
+#[derive(Debug, Serialize)]
+struct Candidate {
+    silo: String,
+    address: String,
+    role: Option<String>,
+    metadata: BTreeMap<String, String>,
+    load: LoadReport,
+    smoothed_cpu_usage: Option<f64>,
+    smoothed_memory_usage_bytes: Option<u64>,
+}
+
+/// What the endpoint answers.
+#[derive(Debug, Deserialize)]
+struct Answer {
+    silo: String,
+}
+
+impl Oracle {
+    /// Asks the endpoints of every pending `webhook` request (concurrently) and returns the valid
+    /// choices by request position. Requests whose hint already decides, or that have no
+    /// candidates, are not sent.
+    pub(super) async fn ask_webhooks(
+        &self,
+        cluster: &ClusterName,
+        view: &ClusterView,
+        policy: &Policy,
+        requests: &[PlaceRequest],
+        strategies: &[Strategy],
+        pending: &[usize],
+    ) -> HashMap<usize, SiloId> {
+        let mut calls = JoinSet::new();
+        for &i in pending
+            .iter()
+            .filter(|&&i| strategies[i] == Strategy::Webhook)
+        {
+            let request = &requests[i];
+            let resolved = policy.resolve(request.grain.grain_type(), Some(Strategy::Webhook));
+            let Some(url) = resolved.options.webhook.url.clone() else {
+                metric::webhook_call("unconfigured", Duration::ZERO);
+                continue;
+            };
+            let question = placement::Request {
+                input: PlacementInput {
+                    grain: &request.grain,
+                    requesting_silo: request.requesting_silo.as_ref(),
+                    hint: request.hint.as_ref(),
+                },
+                strategy: Strategy::Webhook,
+                options: resolved.options,
+                filters: resolved.filters,
+                chosen_by_webhook: None,
+                explain: false,
+            };
+            let Ok((candidates, _)) = placement::candidates(view, &question) else {
+                continue;
+            };
+            let hinted = request
+                .hint
+                .as_ref()
+                .is_some_and(|hint| candidates.iter().any(|c| &c.id == hint));
+            if candidates.is_empty() || hinted {
+                continue;
+            }
+            let allowed: Vec<String> = candidates.iter().map(|c| c.id.to_string()).collect();
+            let body = Question {
+                cluster: cluster.to_string(),
+                grain: request.grain.to_string(),
+                grain_type: request.grain.grain_type().to_owned(),
+                requesting_silo: request.requesting_silo.as_ref().map(ToString::to_string),
+                candidates: candidates
+                    .iter()
+                    .map(|c| Candidate {
+                        silo: c.id.to_string(),
+                        address: c.profile.address.clone(),
+                        role: c.profile.role.clone(),
+                        metadata: c.profile.metadata.clone(),
+                        load: c.profile.load.clone(),
+                        smoothed_cpu_usage: c.profile.smoothing.cpu_usage,
+                        smoothed_memory_usage_bytes: c.profile.smoothing.memory_usage_bytes,
+                    })
+                    .collect(),
+            };
+            let timeout = Duration::from_millis(u64::from(resolved.options.webhook.timeout_ms));
+            let http = self.http.clone();
+            calls.spawn(async move {
+                let started = Instant::now();
+                let answer = ask(&http, &url, &body, timeout).await;
+                let (outcome, choice) = match answer {
+                    Ok(silo) if allowed.contains(&silo) => ("chosen", SiloId::parse("silo", &silo).ok()),
+                    Ok(_) => ("invalid", None),
+                    Err(outcome) => (outcome, None),
+                };
+                metric::webhook_call(outcome, started.elapsed());
+                if outcome != "chosen" {
+                    tracing::warn!(url, outcome, grain = %body.grain, "placement webhook did not decide; using the fallback strategy");
+                }
+                (i, choice)
+            });
+        }
+        let mut choices = HashMap::new();
+        while let Some(done) = calls.join_next().await {
+            if let Ok((i, Some(silo))) = done {
+                choices.insert(i, silo);
+            }
+        }
+        choices
+    }
+}
+
+/// One call: the chosen silo id, or the outcome to count (`timeout`, `error`, `invalid`).
+async fn ask(
+    http: &reqwest::Client,
+    url: &str,
+    question: &Question,
+    timeout: Duration,
+) -> Result<String, &'static str> {
+    let response = http
+        .post(url)
+        .json(question)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| if e.is_timeout() { "timeout" } else { "error" })?;
+    if !response.status().is_success() {
+        return Err("error");
+    }
+    let answer: Answer =
+        response
+            .json()
+            .await
+            .map_err(|e| if e.is_timeout() { "timeout" } else { "invalid" })?;
+    Ok(answer.silo)
+}
