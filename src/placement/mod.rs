@@ -611,52 +611,110 @@ mod tests {
 
     fn arbitrary_silo() -> impl Generator<Value = SiloRecord> {
         (
-            0u32..20,
-            prop_oneof![
-                Just(SiloStatus::Joining),
-                Just(SiloStatus::Active),
-                Just(SiloStatus::ShuttingDown),
-                Just(SiloStatus::Dead)
-            ],
-            any::<bool>(),
-            0i64..20_000,
+            (
+                0u32..20,
+                prop_oneof![
+                    Just(SiloStatus::Joining),
+                    Just(SiloStatus::Active),
+                    Just(SiloStatus::ShuttingDown),
+                    Just(SiloStatus::Dead)
+                ],
+                any::<bool>(),
+                0i64..20_000,
+            ),
+            (
+                proptest::option::of(0.0f64..100.0),
+                proptest::option::of(0u64..5_000),
+                any::<bool>(),
+                prop_oneof![Just("z1"), Just("z2")],
+                proptest::option::of(Just("x")),
+            ),
         )
-            .prop_map(|(n, status, hosts_user, last)| {
-                let types: &[&str] = if hosts_user { &["user"] } else { &["order"] };
-                let mut s = silo(&format!("s{n}"), status, Some(types));
-                s.last_heartbeat_ms = last;
-                s
-            })
+            .prop_map(
+                |((n, status, hosts_user, last), (cpu, count, overloaded, zone, role))| {
+                    let types: &[&str] = if hosts_user { &["user"] } else { &["order"] };
+                    let mut s = silo(&format!("s{n}"), status, Some(types));
+                    s.last_heartbeat_ms = last;
+                    s.profile.smoothing.cpu_usage = cpu;
+                    s.profile.load.activation_count = count;
+                    s.profile.load.recent_activation_count = count;
+                    s.profile.load.overloaded = overloaded;
+                    s.profile.metadata.insert("zone".into(), zone.into());
+                    s.profile.role = role.map(str::to_owned);
+                    s
+                },
+            )
+    }
+
+    /// Every strategy but the webhook (which needs an endpoint; it decides by its fallback here).
+    fn arbitrary_strategy() -> impl Generator<Value = Strategy> {
+        proptest::sample::select(Strategy::ALL.to_vec())
     }
 
     proptest! {
         #[test]
-        fn never_places_on_a_dead_inactive_or_incompatible_silo(
+        fn never_places_on_a_dead_incompatible_or_filtered_out_silo(
             silos in proptest::collection::vec(arbitrary_silo(), 0..12),
             now in 0i64..30_000,
             seed in any::<u64>(),
+            strategy in arbitrary_strategy(),
+            local in 0usize..12,
+            require_zone in any::<bool>(),
         ) {
             let mut silos = silos;
             silos.sort_by(|a, b| a.id.cmp(&b.id));
             silos.dedup_by(|a, b| a.id == b.id);
             let v = ClusterView { now, silo_ttl_ms: 10_000, silos };
+            // silo_role takes the role from the key: "user/x" → role "x".
             let g = grain("user/x");
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            if let Ok(decision) = place(&v, input(&g, None), Strategy::Random, false, &mut rng) {
-                let chosen = v.silos.iter().find(|s| s.id == decision.silo).unwrap();
-                prop_assert_eq!(chosen.status_at(now, 10_000), SiloStatus::Active);
-                prop_assert!(chosen.hosts("user"));
+            let requesting = v.silos.get(local).map(|s| s.id.clone());
+            let filters = if require_zone {
+                vec![filters::Filter::RequiredMatch { keys: vec!["zone".into()], order: 0 }]
             } else {
-                prop_assert!(compatible(&v, "user").is_empty());
+                Vec::new()
+            };
+            let options = StrategyOptions::default();
+            let request = Request {
+                input: PlacementInput { grain: &g, requesting_silo: requesting.as_ref(), hint: None },
+                strategy,
+                options: &options,
+                filters: &filters,
+                chosen_by_webhook: None,
+                explain: true,
+            };
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            if let Ok(decision) = super::place(&v, &request, &mut LocalDeltas::default(), &mut rng) {
+                let chosen = v.silos.iter().find(|s| s.id == decision.silo).unwrap();
+                prop_assert!(chosen.hosts("user"));
+                let status = chosen.status_at(now, 10_000);
+                if strategy == Strategy::StatelessWorker && Some(&chosen.id) == requesting.as_ref() {
+                    prop_assert!(matches!(status, SiloStatus::Active | SiloStatus::Joining));
+                } else {
+                    prop_assert_eq!(status, SiloStatus::Active);
+                }
+                if require_zone {
+                    let local_zone = requesting.as_ref().and_then(|id| v.find(id)).and_then(|l| l.profile.metadata.get("zone"));
+                    prop_assert_eq!(chosen.profile.metadata.get("zone"), local_zone);
+                }
+                if strategy == Strategy::SiloRole {
+                    prop_assert_eq!(chosen.profile.role.as_deref(), Some("x"));
+                }
             }
         }
 
         #[test]
-        fn the_same_seed_gives_the_same_answer(seed in any::<u64>(), n in 1usize..20) {
-            let v = view((0..n).map(|i| silo(&format!("s{i}"), SiloStatus::Active, None)).collect());
+        fn the_same_seed_gives_the_same_answer(
+            seed in any::<u64>(),
+            silos in proptest::collection::vec(arbitrary_silo(), 1..12),
+            strategy in arbitrary_strategy(),
+        ) {
+            let mut silos = silos;
+            silos.sort_by(|a, b| a.id.cmp(&b.id));
+            silos.dedup_by(|a, b| a.id == b.id);
+            let v = ClusterView { now: 1_000, silo_ttl_ms: 10_000, silos };
             let g = grain("user/x");
-            let first = place(&v, input(&g, None), Strategy::Random, false, &mut ChaCha8Rng::seed_from_u64(seed));
-            let second = place(&v, input(&g, None), Strategy::Random, false, &mut ChaCha8Rng::seed_from_u64(seed));
+            let first = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));
+            let second = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));
             prop_assert_eq!(first, second);
         }
     }
