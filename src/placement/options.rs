@@ -131,7 +131,8 @@ pub struct WebhookOptions {
     /// grain types placed with `webhook`.
     #[schema(example = "http://placement-hook.internal:9000/choose")]
     pub url: Option<String>,
-    /// How long to wait for the answer (1 to 10 000 ms) before using the fallback.
+    /// How long to wait for the answer (1 to 2000 ms) before using the fallback. Kept well under
+    /// the request timeout, so a slow endpoint yields the fallback's answer, never a 503.
     #[schema(example = 250)]
     pub timeout_ms: u32,
     /// The strategy used when the endpoint is slow, failing, or answers a silo that is not a
@@ -164,10 +165,10 @@ impl WebhookOptions {
                 );
             }
         }
-        if !(1..=10_000).contains(&self.timeout_ms) {
+        if !(1..=2_000).contains(&self.timeout_ms) {
             v.add(
                 format!("{prefix}timeout_ms"),
-                format!("must be from 1 to 10000, got {}", self.timeout_ms),
+                format!("must be from 1 to 2000, got {}", self.timeout_ms),
             );
         }
         if matches!(

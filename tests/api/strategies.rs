@@ -333,3 +333,48 @@ async fn a_webhook_type_without_a_url_is_refused_by_the_policy() {
         ["grain_types.user.options.webhook.url"]
     );
 }
+
+#[tokio::test]
+async fn scenario_10_preferred_match_through_the_api_mirrors_the_orleans_functional_tests() {
+    // Three silos with a unique metadata value each, as in SiloMetadataPlacementFilterTests.
+    let app = TestApp::new(Backend::Memory).await;
+    let silos = ["s1@1", "s2@1", "s3@1"];
+    for (i, silo) in silos.iter().enumerate() {
+        app.heartbeat(silo, json!({ "metadata": { "unique": format!("u{i}") } }))
+            .await;
+    }
+    let policy = json!({ "default_strategy": "random", "grain_types": {
+        "strict": { "filters": [{ "kind": "preferred_match", "keys": ["unique"], "min_candidates": 1 }] },
+        "loose": { "filters": [{ "kind": "preferred_match", "keys": ["unique"] }] },
+        "absent": { "filters": [{ "kind": "preferred_match", "keys": ["unique", "other"], "min_candidates": 2 }] }
+    } });
+    let request = axum::http::Request::builder()
+        .method(axum::http::Method::PUT)
+        .uri(app.path("/policy"))
+        .header("content-type", "application/json")
+        .header("if-match", "*")
+        .body(axum::body::Body::from(policy.to_string()))
+        .unwrap();
+    assert_eq!(app.send_request(request).await.status, StatusCode::OK);
+
+    for caller in silos {
+        // min 1: always the calling silo.
+        for i in 0..10 {
+            let answer = place(
+                &app,
+                json!({ "grain": format!("strict/{caller}-{i}"), "requesting_silo": caller }),
+            )
+            .await;
+            assert_eq!(answer["silo"], caller);
+        }
+        // min 2 (the default), or a key nobody has: every silo gets some of 50.
+        for grain_type in ["loose", "absent"] {
+            let mut seen = std::collections::HashSet::new();
+            for i in 0..50 {
+                let answer = place(&app, json!({ "grain": format!("{grain_type}/{caller}-{i}"), "requesting_silo": caller })).await;
+                seen.insert(answer["silo"].as_str().unwrap().to_owned());
+            }
+            assert_eq!(seen.len(), 3, "{grain_type} from {caller} reached {seen:?}");
+        }
+    }
+}
