@@ -58,7 +58,7 @@ fn view(n: usize) -> ClusterView {
     ClusterView {
         now: 1,
         silo_ttl_ms: 10_000,
-        silos: (0..n).map(silo).collect(),
+        silos: std::sync::Arc::new((0..n).map(silo).collect()),
     }
 }
 
@@ -114,7 +114,7 @@ fn run_with(
             // Heartbeats bring the true counts (and start the replica's tally afresh).
             let silos_to_report: Vec<usize> = if stale { (0..silos).collect() } else { vec![i] };
             for s in silos_to_report {
-                let record = &mut view.silos[s];
+                let record = &mut std::sync::Arc::make_mut(&mut view.silos)[s];
                 record.profile.load.activation_count = Some(actual[s]);
                 record.profile.load.recent_activation_count = Some(actual[s]);
                 record.heartbeat_count += 1;

@@ -12,7 +12,7 @@ use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
 use crate::placement::policy::Policy;
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
-use crate::store::{Activation, Located, NewActivation, Registration, Store, StoreError};
+use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
 
 /// How many times a batch is decided again after its chosen silos vanished between the decision
@@ -87,6 +87,15 @@ impl Placement {
     }
 }
 
+/// Where a round's decisions are tallied (see [`placement::LocalDeltas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tally {
+    /// In this replica's tally: the decisions are final.
+    Shared,
+    /// In a copy thrown away afterwards: the decisions are tentative.
+    Scratch,
+}
+
 /// What one round of decisions reads.
 struct Round<'a> {
     view: &'a ClusterView,
@@ -143,12 +152,49 @@ impl Oracle {
         let registered: Vec<usize> = (0..requests.len())
             .filter(|&i| strategies[i].registers())
             .collect();
-        let found = self
-            .lookups
+
+        // One statement per batch answers every registered grain: its entry if it has one, else
+        // the registration of a silo decided now. Deciding before knowing costs a pure decision
+        // (microseconds, tallied on a scratch copy) for grains that exist, and saves new grains a
+        // round trip. Webhook grains only look up here: their endpoint is asked only for grains
+        // that need placing.
+        let view = ClusterView {
+            now: self.clock.now_ms(),
+            silo_ttl_ms: membership.silo_ttl_ms,
+            silos: membership.silos.clone(),
+        };
+        let proposing: Vec<usize> = registered
+            .iter()
+            .copied()
+            .filter(|&i| strategies[i] != Strategy::Webhook)
+            .collect();
+        let no_webhook_choices = HashMap::new();
+        let round = Round {
+            view: &view,
+            policy: &membership.policy,
+            requests,
+            strategies: &strategies,
+            webhook_choices: &no_webhook_choices,
+        };
+        let mut tentative: HashMap<usize, placement::Decision> = proposing
+            .iter()
+            .copied()
+            .zip(self.decide(cluster, &round, &proposing, Tally::Scratch))
+            .filter_map(|(i, decided)| decided.ok().map(|decision| (i, decision)))
+            .collect();
+        let outcomes = self
+            .proposals
             .call_many(
                 registered
                     .iter()
-                    .map(|&i| (cluster.clone(), requests[i].grain.clone()))
+                    .map(|&i| {
+                        let proposal = Proposal {
+                            grain: requests[i].grain.clone(),
+                            silo: tentative.get(&i).map(|d| d.silo.clone()),
+                            strategy: strategies[i].as_str(),
+                        };
+                        (cluster.clone(), proposal)
+                    })
                     .collect(),
             )
             .await?;
@@ -156,21 +202,34 @@ impl Oracle {
         let mut results: Vec<Option<Result<Placement, OracleError>>> =
             (0..requests.len()).map(|_| None).collect();
         let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
-        for (&i, located) in registered.iter().zip(found) {
-            match located {
-                Some(located) if located.live => {
+        let mut placed_on = Vec::new();
+        for (&i, outcome) in registered.iter().zip(outcomes) {
+            match outcome {
+                Registration::Existing(located) if located.live => {
                     results[i] = Some(Ok(Placement::registered(
                         located.activation,
                         Outcome::Existing,
                         None,
                     )))
                 }
-                Some(located) => {
+                Registration::Existing(located) => {
                     stale_epochs.insert(i, located.activation.epoch);
                 }
-                None => {}
+                Registration::Registered(activation) => {
+                    if strategies[i].tallies() {
+                        placed_on.push(activation.silo.clone());
+                    }
+                    let explanation = tentative.remove(&i).and_then(|d| d.explanation);
+                    results[i] = Some(Ok(Placement::registered(
+                        activation,
+                        Outcome::Placed,
+                        explanation,
+                    )));
+                }
+                Registration::SiloUnavailable => {}
             }
         }
+        self.tally(cluster, &view, &placed_on);
 
         for round in 0..MAX_PLACEMENT_ROUNDS {
             let pending: Vec<usize> = (0..requests.len())
@@ -203,6 +262,7 @@ impl Oracle {
                     webhook_choices: &webhook_choices,
                 },
                 &pending,
+                Tally::Shared,
             );
             let mut attempts = Vec::with_capacity(pending.len());
             let mut explanations = HashMap::new();
@@ -304,6 +364,7 @@ impl Oracle {
         cluster: &ClusterName,
         round: &Round<'_>,
         pending: &[usize],
+        tally: Tally,
     ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
         let Round {
             view,
@@ -312,7 +373,18 @@ impl Oracle {
             strategies,
             webhook_choices,
         } = round;
-        self.with_rng_and_deltas(cluster, |rng, deltas| {
+        self.with_rng_and_deltas(cluster, |rng, shared| {
+            // Tentative decisions must not count in the tally until they are registered, but each
+            // must see the ones before it, or a batch would pile onto one silo.
+            // (Only strategies that tally touch it, so only they need the copy.)
+            let mut scratch;
+            let deltas = match tally {
+                Tally::Scratch if pending.iter().any(|&i| strategies[i].tallies()) => {
+                    scratch = shared.clone();
+                    &mut scratch
+                }
+                Tally::Shared | Tally::Scratch => shared,
+            };
             pending
                 .iter()
                 .map(|&i| {
@@ -447,35 +519,75 @@ pub(super) async fn register_batch(
 ) -> Result<Vec<Registration>, StoreError> {
     let mut answers = vec![Registration::SiloUnavailable; calls.len()];
     for (cluster, positions) in by_cluster(&calls) {
-        let mut first_of: HashMap<&str, usize> = HashMap::new();
-        let mut unique = Vec::new();
-        let mut duplicates = Vec::new();
-        for &i in &positions {
-            match first_of.get(calls[i].1.grain.as_str()) {
-                Some(&first) => duplicates.push((i, first)),
-                None => {
-                    first_of.insert(calls[i].1.grain.as_str(), i);
-                    unique.push(i);
-                }
-            }
-        }
+        let (unique, duplicates) = first_of_each_grain(&positions, |i| &calls[i].1.grain);
         let entries: Vec<NewActivation> = unique.iter().map(|&i| calls[i].1.clone()).collect();
         let registrations = store
             .register(cluster, &entries, now)
             .await
             .inspect_err(|_| metric::store_error("register"))?;
-        for (&i, registration) in unique.iter().zip(registrations) {
-            answers[i] = registration;
-        }
-        for (i, first) in duplicates {
-            answers[i] = match &answers[first] {
-                Registration::Registered(activation) => Registration::Existing(Located {
-                    activation: activation.clone(),
-                    live: true,
-                }),
-                other => other.clone(),
-            };
-        }
+        fan_out(&mut answers, &unique, registrations, &duplicates);
     }
     Ok(answers)
+}
+
+/// One batched lookup-or-register: a store call per cluster, with the same handling of a grain
+/// queued twice as [`register_batch`].
+pub(super) async fn propose_batch(
+    store: Arc<dyn Store>,
+    now: Millis,
+    calls: Vec<(ClusterName, Proposal)>,
+) -> Result<Vec<Registration>, StoreError> {
+    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
+    for (cluster, positions) in by_cluster(&calls) {
+        let (unique, duplicates) = first_of_each_grain(&positions, |i| &calls[i].1.grain);
+        let proposals: Vec<Proposal> = unique.iter().map(|&i| calls[i].1.clone()).collect();
+        let outcomes = store
+            .lookup_or_register(cluster, &proposals, now)
+            .await
+            .inspect_err(|_| metric::store_error("lookup_or_register"))?;
+        fan_out(&mut answers, &unique, outcomes, &duplicates);
+    }
+    Ok(answers)
+}
+
+/// Splits positions into the first call for each grain and the later ones (with their first).
+fn first_of_each_grain<'c>(
+    positions: &[usize],
+    grain_of: impl Fn(usize) -> &'c GrainId,
+) -> (Vec<usize>, Vec<(usize, usize)>) {
+    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    let mut unique = Vec::new();
+    let mut duplicates = Vec::new();
+    for &i in positions {
+        match first_of.get(grain_of(i).as_str()) {
+            Some(&first) => duplicates.push((i, first)),
+            None => {
+                first_of.insert(grain_of(i).as_str(), i);
+                unique.push(i);
+            }
+        }
+    }
+    (unique, duplicates)
+}
+
+/// Hands each first call its answer, and each later call for the same grain the first one's
+/// (a registration by the first is, to the later ones, an existing live activation).
+fn fan_out(
+    answers: &mut [Registration],
+    unique: &[usize],
+    outcomes: Vec<Registration>,
+    duplicates: &[(usize, usize)],
+) {
+    for (&i, outcome) in unique.iter().zip(outcomes) {
+        answers[i] = outcome;
+    }
+    for &(i, first) in duplicates {
+        answers[i] = match &answers[first] {
+            Registration::Registered(activation) => Registration::Existing(Located {
+                activation: activation.clone(),
+                live: true,
+            }),
+            other => other.clone(),
+        };
+    }
 }

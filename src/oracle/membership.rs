@@ -66,8 +66,8 @@ impl Oracle {
     pub async fn silos(&self, cluster: &ClusterName) -> Result<Vec<SiloSnapshot>, OracleError> {
         let membership = self.read_membership(cluster).await?;
         let now = self.clock.now_ms();
-        Ok(membership
-            .silos
+        let silos = std::sync::Arc::unwrap_or_clone(membership.silos);
+        Ok(silos
             .into_iter()
             .map(|record| SiloSnapshot {
                 record,

@@ -24,7 +24,7 @@ use crate::clock::Clock;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection};
 use crate::placement::policy::Policy;
 use crate::placement::{LocalDeltas, PlacementError};
-use crate::store::{Located, Membership, NewActivation, Registration, Store, StoreError};
+use crate::store::{Located, Membership, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
 use batcher::Batcher;
 
@@ -73,6 +73,7 @@ pub struct Oracle {
     rng: Mutex<ChaCha8Rng>,
     lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
     registrations: Batcher<(ClusterName, NewActivation), Registration>,
+    proposals: Batcher<(ClusterName, Proposal), Registration>,
     memberships: Mutex<HashMap<ClusterName, (Instant, Arc<Membership>)>>,
     /// Bumped whenever this replica changes membership, so a read that was under way during the
     /// change is not cached as if it came after it.
@@ -104,12 +105,19 @@ impl Oracle {
                 directory::register_batch(store.clone(), clock.now_ms(), calls)
             })
         };
+        let proposals = {
+            let (store, clock) = (store.clone(), clock.clone());
+            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
+                directory::propose_batch(store.clone(), clock.now_ms(), calls)
+            })
+        };
         Self {
             store,
             clock,
             rng: Mutex::new(rng),
             lookups,
             registrations,
+            proposals,
             memberships: Mutex::default(),
             membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
@@ -119,6 +127,20 @@ impl Oracle {
 
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
+    }
+
+    /// Counts registered placements in this replica's tally (one per silo id listed).
+    fn tally(&self, cluster: &ClusterName, view: &crate::placement::ClusterView, silos: &[String]) {
+        if silos.is_empty() {
+            return;
+        }
+        self.with_rng_and_deltas(cluster, |_, deltas| {
+            for silo in silos {
+                if let Some(record) = view.silos.iter().find(|s| s.id.as_str() == silo) {
+                    deltas.add(record, 1);
+                }
+            }
+        });
     }
 
     /// Runs `f` with the RNG and the cluster's placement tally, both held for its duration (always

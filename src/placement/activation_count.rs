@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(pick(&v, None, &deltas, 0).unwrap(), "B");
         // A new heartbeat from C (a new heartbeat count) brings fresh figures: the tally resets.
         let mut fresh = v.clone();
-        fresh.silos[1].heartbeat_count += 1;
+        std::sync::Arc::make_mut(&mut fresh.silos)[1].heartbeat_count += 1;
         assert_eq!(pick(&fresh, None, &deltas, 0).unwrap(), "C");
     }
 

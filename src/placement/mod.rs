@@ -21,6 +21,7 @@ pub mod silo_role;
 pub mod stateless_worker;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -91,6 +92,12 @@ impl Strategy {
         Self::ALL.into_iter().find(|s| s.as_str() == value)
     }
 
+    /// Whether this replica keeps a tally of its placements for the strategy (the load-aware ones
+    /// that read activation counts between heartbeats).
+    pub fn tallies(self) -> bool {
+        matches!(self, Strategy::ActivationCount | Strategy::ConsistentHash)
+    }
+
     /// Whether placements are registered in the directory (stateless workers are not: every call
     /// may land on another instance).
     pub fn registers(self) -> bool {
@@ -104,8 +111,9 @@ impl Strategy {
 pub struct ClusterView {
     pub now: Millis,
     pub silo_ttl_ms: Millis,
-    /// Ordered by silo id, so a seeded decision does not depend on storage order.
-    pub silos: Vec<SiloRecord>,
+    /// Ordered by silo id, so a seeded decision does not depend on storage order. Shared, because
+    /// every placement of a quarter of a second decides against the same membership read.
+    pub silos: Arc<Vec<SiloRecord>>,
 }
 
 impl ClusterView {
@@ -428,10 +436,7 @@ pub fn place(
             ),
         },
     };
-    if matches!(
-        strategy,
-        Strategy::ActivationCount | Strategy::ConsistentHash
-    ) {
+    if strategy.tallies() {
         deltas.add(choice.silo, 1);
     }
 
@@ -493,6 +498,7 @@ pub(crate) mod testing {
     }
 
     pub fn view(silos: Vec<SiloRecord>) -> ClusterView {
+        let silos = std::sync::Arc::new(silos);
         ClusterView {
             now: 1_000,
             silo_ttl_ms: 10_000,
@@ -664,7 +670,7 @@ mod tests {
             let mut silos = silos;
             silos.sort_by(|a, b| a.id.cmp(&b.id));
             silos.dedup_by(|a, b| a.id == b.id);
-            let v = ClusterView { now, silo_ttl_ms: 10_000, silos };
+            let v = ClusterView { now, silo_ttl_ms: 10_000, silos: std::sync::Arc::new(silos) };
             // silo_role takes the role from the key: "user/x" → role "x".
             let g = grain("user/x");
             let requesting = v.silos.get(local).map(|s| s.id.clone());
@@ -711,7 +717,7 @@ mod tests {
             let mut silos = silos;
             silos.sort_by(|a, b| a.id.cmp(&b.id));
             silos.dedup_by(|a, b| a.id == b.id);
-            let v = ClusterView { now: 1_000, silo_ttl_ms: 10_000, silos };
+            let v = ClusterView { now: 1_000, silo_ttl_ms: 10_000, silos: std::sync::Arc::new(silos) };
             let g = grain("user/x");
             let first = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));
             let second = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));

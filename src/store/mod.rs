@@ -60,7 +60,7 @@ pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, Millis) -> Result<Sil
 pub struct Membership {
     pub silo_ttl_ms: Millis,
     /// Ordered by silo id.
-    pub silos: Vec<SiloRecord>,
+    pub silos: Arc<Vec<SiloRecord>>,
     pub policy: Policy,
     pub policy_version: i64,
 }
@@ -97,6 +97,16 @@ pub struct NewActivation {
     pub replaces_epoch: Option<i64>,
 }
 
+/// A directory question for one grain: its entry if it has one, else — when `silo` is given —
+/// registration on that silo. One statement answers a whole batch of them.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    pub grain: GrainId,
+    /// The silo a decision chose; `None` asks only for the existing entry.
+    pub silo: Option<SiloId>,
+    pub strategy: &'static str,
+}
+
 /// What a registration attempt did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registration {
@@ -104,7 +114,8 @@ pub enum Registration {
     Registered(Activation),
     /// Another entry got there first (the directory is first-writer-wins); here it is.
     Existing(Located),
-    /// The chosen silo is no longer active and alive; decide again.
+    /// Nothing was registered: the chosen silo is no longer active and alive, another caller's
+    /// entry appeared meanwhile, or (for a [`Proposal`] without a silo) there is no entry.
     SiloUnavailable,
 }
 
@@ -166,6 +177,17 @@ pub trait Store: Send + Sync + 'static {
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
+        now: Millis,
+    ) -> Result<Vec<Registration>, StoreError>;
+
+    /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
+    /// the registration of the proposed silo under the same rules as [`Store::register`]. A grain
+    /// that exists costs what a lookup does; a new one is registered in the same call, without a
+    /// second trip through the oracle.
+    async fn lookup_or_register(
+        &self,
+        cluster: &ClusterName,
+        proposals: &[Proposal],
         now: Millis,
     ) -> Result<Vec<Registration>, StoreError>;
 
