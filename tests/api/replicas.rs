@@ -210,16 +210,10 @@ async fn a_policy_change_on_one_replica_reaches_the_other_within_a_second() {
         "resource_optimized"
     );
 
-    let request = axum::http::Request::builder()
-        .method(axum::http::Method::PUT)
-        .uri(a.path("/policy"))
-        .header("content-type", "application/json")
-        .header("if-match", "*")
-        .body(axum::body::Body::from(
-            json!({ "default_strategy": "hash_based" }).to_string(),
-        ))
-        .unwrap();
-    assert_eq!(a.send_request(request).await.status, 200);
+    let change = a
+        .put_policy(Some("*"), json!({ "default_strategy": "hash_based" }))
+        .await;
+    assert_eq!(change.status, 200);
 
     // Within a second (the read b holds is at most a quarter of a second old) b places by it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);

@@ -518,27 +518,13 @@ async fn a_batch_places_many_grains_with_one_result_each(backend: Backend) {
     }
 }
 
-async fn put_policy(app: &TestApp, if_match: Option<&str>, body: Value) -> crate::helpers::Reply {
-    let mut request = axum::http::Request::builder()
-        .method(axum::http::Method::PUT)
-        .uri(app.path("/policy"))
-        .header("content-type", "application/json");
-    if let Some(if_match) = if_match {
-        request = request.header("if-match", if_match);
-    }
-    app.send_request(
-        request
-            .body(axum::body::Body::from(body.to_string()))
-            .unwrap(),
-    )
-    .await
-}
-
 async fn the_policy_is_versioned_and_every_bad_field_named(backend: Backend) {
     let app = TestApp::new(backend).await;
     app.get("/policy").await.problem(StatusCode::NOT_FOUND);
 
-    let first = put_policy(&app, Some("\"0\""), json!({ "default_strategy": "random" })).await;
+    let first = app
+        .put_policy(Some("\"0\""), json!({ "default_strategy": "random" }))
+        .await;
     assert_eq!(first.status, StatusCode::OK, "{}", first.body);
     assert_eq!(first.body["version"], 1);
     assert_eq!(first.headers["etag"], "\"1\"");
@@ -547,17 +533,14 @@ async fn the_policy_is_versioned_and_every_bad_field_named(backend: Backend) {
     assert_eq!(read.headers["etag"], "\"1\"");
 
     // A writer that read version 0 lost the race: 412, and nothing changed.
-    let stale = put_policy(
-        &app,
-        Some("\"0\""),
-        json!({ "default_strategy": "hash_based" }),
-    )
-    .await;
+    let stale = app
+        .put_policy(Some("\"0\""), json!({ "default_strategy": "hash_based" }))
+        .await;
     stale.problem(StatusCode::PRECONDITION_FAILED);
-    put_policy(&app, None, json!({}))
+    app.put_policy(None, json!({}))
         .await
         .problem(StatusCode::PRECONDITION_REQUIRED);
-    put_policy(&app, Some("yesterday"), json!({}))
+    app.put_policy(Some("yesterday"), json!({}))
         .await
         .problem(StatusCode::BAD_REQUEST);
     assert_eq!(
@@ -565,9 +548,7 @@ async fn the_policy_is_versioned_and_every_bad_field_named(backend: Backend) {
         "random"
     );
 
-    let invalid = put_policy(
-        &app,
-        Some("\"1\""),
+    let invalid = app.put_policy(Some("\"1\""),
         json!({
             "silo_ttl_ms": 1,
             "grain_types": { "user": { "options": { "resource_optimized": { "cpu_usage_weight": 500 } } } }
@@ -581,10 +562,12 @@ async fn the_policy_is_versioned_and_every_bad_field_named(backend: Backend) {
             "grain_types.user.options.resource_optimized.cpu_usage_weight"
         ]
     );
-    let unknown = put_policy(&app, Some("*"), json!({ "default_strategy": "teleport" })).await;
+    let unknown = app
+        .put_policy(Some("*"), json!({ "default_strategy": "teleport" }))
+        .await;
     assert_eq!(unknown.invalid_fields(), ["default_strategy"]);
 
-    let overwrite = put_policy(&app, Some("*"), json!({})).await;
+    let overwrite = app.put_policy(Some("*"), json!({})).await;
     assert_eq!(overwrite.body["version"], 2);
 }
 
@@ -605,7 +588,7 @@ async fn the_policy_decides_strategy_filters_and_ttl_per_grain_type(backend: Bac
         }
     });
     assert_eq!(
-        put_policy(&app, Some("\"0\""), policy).await.status,
+        app.put_policy(Some("\"0\""), policy).await.status,
         StatusCode::OK
     );
 

@@ -253,22 +253,13 @@ async fn webhook_endpoint(mode: &'static str) -> String {
 }
 
 async fn webhook_policy(app: &TestApp, url: &str) {
-    let request = axum::http::Request::builder()
-        .method(axum::http::Method::PUT)
-        .uri(app.path("/policy"))
-        .header("content-type", "application/json")
-        .header("if-match", "*")
-        .body(axum::body::Body::from(
-            json!({
-                "grain_types": { "user": {
-                    "strategy": "webhook",
-                    "options": { "webhook": { "url": url, "timeout_ms": 100, "fallback": "hash_based" } }
-                } }
-            })
-            .to_string(),
-        ))
-        .unwrap();
-    let reply = app.send_request(request).await;
+    let policy = json!({
+        "grain_types": { "user": {
+            "strategy": "webhook",
+            "options": { "webhook": { "url": url, "timeout_ms": 100, "fallback": "hash_based" } }
+        } }
+    });
+    let reply = app.put_policy(Some("*"), policy).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
 }
 
@@ -318,16 +309,12 @@ async fn a_webhook_chooses_among_the_candidates_and_a_fallback_decides_when_it_c
 #[tokio::test]
 async fn a_webhook_type_without_a_url_is_refused_by_the_policy() {
     let app = TestApp::new(Backend::Memory).await;
-    let request = axum::http::Request::builder()
-        .method(axum::http::Method::PUT)
-        .uri(app.path("/policy"))
-        .header("content-type", "application/json")
-        .header("if-match", "*")
-        .body(axum::body::Body::from(
-            json!({ "grain_types": { "user": { "strategy": "webhook" } } }).to_string(),
-        ))
-        .unwrap();
-    let reply = app.send_request(request).await;
+    let reply = app
+        .put_policy(
+            Some("*"),
+            json!({ "grain_types": { "user": { "strategy": "webhook" } } }),
+        )
+        .await;
     assert_eq!(
         reply.invalid_fields(),
         ["grain_types.user.options.webhook.url"]
@@ -348,14 +335,10 @@ async fn scenario_10_preferred_match_through_the_api_mirrors_the_orleans_functio
         "loose": { "filters": [{ "kind": "preferred_match", "keys": ["unique"] }] },
         "absent": { "filters": [{ "kind": "preferred_match", "keys": ["unique", "other"], "min_candidates": 2 }] }
     } });
-    let request = axum::http::Request::builder()
-        .method(axum::http::Method::PUT)
-        .uri(app.path("/policy"))
-        .header("content-type", "application/json")
-        .header("if-match", "*")
-        .body(axum::body::Body::from(policy.to_string()))
-        .unwrap();
-    assert_eq!(app.send_request(request).await.status, StatusCode::OK);
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
 
     for caller in silos {
         // min 1: always the calling silo.
