@@ -200,15 +200,40 @@ impl TestApp {
         seed: u64,
         body_limit_bytes: usize,
     ) -> Self {
+        let limits = Limits {
+            request_timeout: Duration::from_secs(30),
+            body_limit_bytes,
+        };
+        Self::build(store, database, cluster, seed, limits)
+    }
+
+    /// An embedded-store app that answers every request within `timeout`.
+    pub fn with_request_timeout(timeout: Duration) -> Self {
+        let limits = Limits {
+            request_timeout: timeout,
+            body_limit_bytes: 1 << 20,
+        };
+        Self::build(
+            Arc::new(MemoryStore::new(TTL_MS)),
+            None,
+            unique_cluster(),
+            1,
+            limits,
+        )
+    }
+
+    fn build(
+        store: Arc<dyn Store>,
+        database: Option<Arc<TestDatabase>>,
+        cluster: String,
+        seed: u64,
+        limits: Limits,
+    ) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         let oracle = Arc::new(Oracle::new(store, Arc::new(clock.clone()), Some(seed)));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),
-        };
-        let limits = Limits {
-            request_timeout: Duration::from_secs(30),
-            body_limit_bytes,
         };
         Self {
             router: app(state, limits),

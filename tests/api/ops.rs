@@ -120,3 +120,45 @@ async fn the_server_serves_until_told_to_stop_then_returns() {
         "serve returns cleanly after shutdown"
     );
 }
+
+/// A request that outlives ORACLE_REQUEST_TIMEOUT_MS is answered 503 with a problem, and counted.
+#[tokio::test]
+async fn a_request_past_the_timeout_gets_a_503_problem() {
+    use axum::routing::post;
+
+    // An operator endpoint that answers after 1.5 s, within its own 2 s webhook timeout...
+    let slow = axum::Router::new().route(
+        "/choose",
+        post(|| async {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            axum::Json(json!({ "silo": "a@1" }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/choose", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, slow).await });
+
+    // ...but the oracle answers every request within 200 ms.
+    let app = TestApp::with_request_timeout(Duration::from_millis(200));
+    app.heartbeat("a@1", json!({})).await;
+    let policy = json!({ "default_strategy": "webhook",
+        "options": { "webhook": { "url": url, "timeout_ms": 2000 } } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+
+    let started = std::time::Instant::now();
+    let reply = app
+        .post("/placements", json!({ "grain": "user/slow" }))
+        .await;
+    assert_eq!(
+        reply.problem(StatusCode::SERVICE_UNAVAILABLE)["type"],
+        "urn:placement-oracle:problem:request-timeout"
+    );
+    assert!(reply.headers.contains_key("retry-after"));
+    assert!(
+        started.elapsed() < Duration::from_millis(1_400),
+        "answered at the timeout, not after the endpoint"
+    );
+}
