@@ -24,6 +24,7 @@
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod connect;
 pub mod http;
 pub mod oracle;
 pub mod placement;
