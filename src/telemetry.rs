@@ -65,6 +65,7 @@ pub mod metric {
     pub const STORE_ERRORS: &str = "oracle_store_errors_total";
     pub const DECISION_DURATION: &str = "oracle_placement_decision_duration_seconds";
     pub const WEBHOOK_CALLS: &str = "oracle_webhook_calls_total";
+    pub const CONNECTIONS: &str = "oracle_connections_total";
     pub const WEBHOOK_DURATION: &str = "oracle_webhook_duration_seconds";
 
     pub(super) fn describe() {
@@ -97,6 +98,7 @@ pub mod metric {
             DIRECTORY_ENTRIES,
             "Grain directory entries, all clusters, as of the last gauge refresh (every 10 s)"
         );
+        describe_counter!(CONNECTIONS, "Connection answers by pool, rule and node");
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_histogram!(
             DECISION_DURATION,
@@ -141,6 +143,13 @@ pub mod metric {
     pub fn webhook_call(outcome: &'static str, took: std::time::Duration) {
         counter!(WEBHOOK_CALLS, "outcome" => outcome).increment(1);
         metrics::histogram!(WEBHOOK_DURATION, "outcome" => outcome).record(took.as_secs_f64());
+    }
+
+    /// One connection answer, by pool, rule and node (pools and their members are few and named
+    /// by operators, so these labels stay bounded).
+    pub fn connection(pool: &str, rule: &'static str, silo: &str) {
+        counter!(CONNECTIONS, "pool" => pool.to_owned(), "rule" => rule, "silo" => silo.to_owned())
+            .increment(1);
     }
 
     pub fn store_error(operation: &'static str) {

@@ -8,5 +8,5 @@ pub mod names;
 pub mod silo;
 
 pub use heartbeat::{Heartbeat, HeartbeatRejection};
-pub use names::{ClusterName, GrainId, SiloId};
+pub use names::{ClusterName, GrainId, PoolName, SiloId};
 pub use silo::{LoadReport, SiloRecord, SiloStatus};

@@ -11,22 +11,28 @@ use crate::validation::{self, Invalid};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClusterName(String);
 
+/// Checks a DNS-label-like name: `[a-z0-9][a-z0-9-]{0,62}`.
+fn check_dns_label(field: &str, value: &str) -> Result<(), Invalid> {
+    let valid_first = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid_rest = |c: char| valid_first(c) || c == '-';
+    let mut chars = value.chars();
+    let ok = matches!(chars.next(), Some(c) if valid_first(c))
+        && value.len() <= 63
+        && chars.all(valid_rest);
+    if ok {
+        Ok(())
+    } else {
+        Err(Invalid::one(
+            field,
+            "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",
+        ))
+    }
+}
+
 impl ClusterName {
     pub fn parse(value: &str) -> Result<Self, Invalid> {
-        let valid_first = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-        let valid_rest = |c: char| valid_first(c) || c == '-';
-        let mut chars = value.chars();
-        let ok = matches!(chars.next(), Some(c) if valid_first(c))
-            && value.len() <= 63
-            && chars.all(valid_rest);
-        if ok {
-            Ok(Self(value.to_owned()))
-        } else {
-            Err(Invalid::one(
-                "cluster",
-                "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",
-            ))
-        }
+        check_dns_label("cluster", value)?;
+        Ok(Self(value.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -35,6 +41,28 @@ impl ClusterName {
 }
 
 impl fmt::Display for ClusterName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A connection pool's name, a DNS label like a cluster's (answers are served as
+/// `{pool}.{cluster}.{zone}`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolName(String);
+
+impl PoolName {
+    pub fn parse(value: &str) -> Result<Self, Invalid> {
+        check_dns_label("pool", value)?;
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PoolName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

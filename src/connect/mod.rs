@@ -21,6 +21,8 @@
 //! handed out since the last sample and picks the node with the fewest, breaking ties by the rule's
 //! metric, so a burst spreads evenly and the metric decides again once fresh samples arrive.
 
+pub mod pool;
 pub mod rules;
 
+pub use pool::{Members, Pool};
 pub use rules::{choose, Choice, ConnectRule, Node, PoolState};

@@ -243,7 +243,15 @@ impl From<OracleError> for ApiError {
     fn from(error: OracleError) -> Self {
         let detail = error.to_string();
         match error {
+            OracleError::NoAvailableNode { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no-available-node",
+                "No member of the pool is available",
+                detail,
+            )
+            .retry_after(1),
             OracleError::ClusterNotFound(_)
+            | OracleError::PoolNotFound { .. }
             | OracleError::SiloNotFound { .. }
             | OracleError::ActivationNotFound(_) => Self::not_found(detail),
             OracleError::ActivationElsewhere { .. } => Self::new(

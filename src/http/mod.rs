@@ -12,6 +12,7 @@ mod heartbeats;
 mod ops;
 mod placements;
 mod policy;
+mod pools;
 mod silos;
 
 use std::sync::Arc;
@@ -59,6 +60,7 @@ pub struct Limits {
         (name = "membership", description = "Silo heartbeats and cluster membership"),
         (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
         (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
+        (name = "connections", description = "Which node a client should connect to: SmartConnect-style pools and rules"),
         (name = "operations", description = "Health, readiness and metrics")
     )
 )]
@@ -89,6 +91,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(placements::post_placement))
         .routes(routes!(placements::post_placement_batch))
         .routes(routes!(policy::get_policy, policy::put_policy))
+        .routes(routes!(pools::get_pool, pools::put_pool))
+        .routes(routes!(pools::post_connection))
         .routes(routes!(activations::list_activations))
         .routes(routes!(
             activations::get_activation,

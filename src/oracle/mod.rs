@@ -3,6 +3,7 @@
 //! translate inputs and outputs.
 
 mod batcher;
+mod connections;
 mod directory;
 mod membership;
 mod sweeper;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
 pub use membership::SiloSnapshot;
 pub use sweeper::run_sweeper;
@@ -54,6 +56,10 @@ pub enum OracleError {
         silo: String,
         epoch: i64,
     },
+    #[error("pool `{pool}` does not exist in cluster `{cluster}`")]
+    PoolNotFound { cluster: String, pool: String },
+    #[error("pool `{pool}` has no member that is active and alive")]
+    NoAvailableNode { pool: String },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },
     #[error(transparent)]
@@ -83,6 +89,7 @@ pub struct Oracle {
     deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
     /// For the `webhook` strategy; pools connections to the operators' endpoints.
     http: reqwest::Client,
+    pool_states: connections::PoolStates,
 }
 
 impl Oracle {
@@ -122,6 +129,7 @@ impl Oracle {
             membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
             http: reqwest::Client::new(),
+            pool_states: Mutex::default(),
         }
     }
 

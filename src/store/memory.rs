@@ -14,7 +14,10 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::cluster::silo::is_fresh;
-use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::cluster::{
+    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+};
+use crate::connect::Pool;
 use crate::placement::policy::Policy;
 
 #[derive(Debug, Default)]
@@ -27,6 +30,8 @@ struct Entry {
 
 #[derive(Debug)]
 struct ClusterState {
+    /// Connection pools and their round-robin counters.
+    pools: BTreeMap<String, (Pool, u64)>,
     silo_ttl_ms: Millis,
     policy: Policy,
     policy_version: i64,
@@ -117,6 +122,7 @@ impl MemoryStore {
         clusters
             .entry(cluster.clone())
             .or_insert_with(|| ClusterState {
+                pools: BTreeMap::new(),
                 silo_ttl_ms: self.default_silo_ttl_ms,
                 policy: Policy::default(),
                 policy_version: 0,
@@ -263,6 +269,52 @@ impl Store for MemoryStore {
             results.push(Registration::Registered(activation));
         }
         Ok(results)
+    }
+
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+        _now: Millis,
+    ) -> Result<(), StoreError> {
+        let mut clusters = self.clusters();
+        let state = self.cluster_state(&mut clusters, cluster);
+        let counter = state
+            .pools
+            .get(name.as_str())
+            .map_or(0, |(_, counter)| *counter);
+        state
+            .pools
+            .insert(name.to_string(), (pool.clone(), counter));
+        Ok(())
+    }
+
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError> {
+        Ok(self
+            .clusters()
+            .get(cluster)
+            .and_then(|state| state.pools.get(name.as_str()))
+            .map(|(pool, _)| pool.clone()))
+    }
+
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut clusters = self.clusters();
+        Ok(clusters
+            .get_mut(cluster)
+            .and_then(|state| state.pools.get_mut(name.as_str()))
+            .map(|(_, counter)| {
+                *counter += 1;
+                *counter - 1
+            }))
     }
 
     async fn deactivate(

@@ -15,7 +15,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::clock::Millis;
-use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::cluster::{
+    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+};
+use crate::connect::Pool;
 use crate::placement::policy::Policy;
 
 /// How long a dead silo stays listed (status `dead`) before its record is dropped and its id may
@@ -227,6 +230,31 @@ pub trait Store: Send + Sync + 'static {
             })
             .collect())
     }
+
+    /// Creates or replaces a connection pool (and the cluster, if new). The round-robin counter of
+    /// an existing pool carries on.
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+        now: Millis,
+    ) -> Result<(), StoreError>;
+
+    /// A pool's definition, or `None` when it does not exist.
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError>;
+
+    /// Advances the pool's round-robin counter, shared by every replica, and returns its value
+    /// before the advance; `None` when the pool does not exist.
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError>;
 
     /// Removes the grain's entry if it is on `silo` (and is activation `epoch`, when given); `true`
     /// when it did.

@@ -24,7 +24,10 @@ use super::{
 };
 use crate::clock::Millis;
 use crate::cluster::silo::SiloProfile;
-use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId, SiloRecord, SiloStatus};
+use crate::cluster::{
+    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+};
+use crate::connect::Pool;
 use crate::placement::policy::Policy;
 
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
@@ -426,6 +429,56 @@ impl Store for PostgresStore {
                 }
             })
             .collect())
+    }
+
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        self.ensure_cluster(cluster, now).await?;
+        sqlx::query(
+            "INSERT INTO pools (cluster, pool, definition) VALUES ($1, $2, $3)
+             ON CONFLICT (cluster, pool) DO UPDATE SET definition = EXCLUDED.definition",
+        )
+        .bind(cluster.as_str())
+        .bind(name.as_str())
+        .bind(Json(pool))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError> {
+        let definition: Option<Json<Pool>> =
+            sqlx::query_scalar("SELECT definition FROM pools WHERE cluster = $1 AND pool = $2")
+                .bind(cluster.as_str())
+                .bind(name.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(definition.map(|Json(pool)| pool))
+    }
+
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError> {
+        let before: Option<i64> = sqlx::query_scalar(
+            "UPDATE pools SET round_robin = round_robin + 1 WHERE cluster = $1 AND pool = $2
+             RETURNING round_robin - 1",
+        )
+        .bind(cluster.as_str())
+        .bind(name.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(before.map(|n| u64::try_from(n).unwrap_or(0)))
     }
 
     async fn deactivate(

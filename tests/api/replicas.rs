@@ -233,6 +233,35 @@ async fn a_policy_change_on_one_replica_reaches_the_other_within_a_second() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_hand_out_round_robin_answers_that_cycle_evenly() {
+    let (a, b, _check) = two_replicas().await;
+    let pool = json!({ "members": { "silos": ["10.0.0.1:11111@1", "10.0.0.2:11111@1", "10.0.0.3:11111@1"] } });
+    let created = a
+        .send(axum::http::Method::PUT, &a.path("/pools/rr"), Some(pool))
+        .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+
+    let mut callers = JoinSet::new();
+    for i in 0..60 {
+        let replica = if i % 2 == 0 { a.clone() } else { b.clone() };
+        callers.spawn(async move {
+            let answer = replica.post("/pools/rr/connections", json!({})).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.body["silo"].as_str().unwrap().to_owned()
+        });
+    }
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    while let Some(silo) = callers.join_next().await {
+        *counts.entry(silo.unwrap()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 3);
+    assert!(
+        counts.values().all(|&n| n == 20),
+        "one shared counter: exactly even, got {counts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
     let database = TestDatabase::create_empty().await;
     let mut replicas = JoinSet::new();

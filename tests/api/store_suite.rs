@@ -37,6 +37,8 @@ for_both_stores!(
     a_batch_places_many_grains_with_one_result_each,
     the_policy_is_versioned_and_every_bad_field_named,
     the_policy_decides_strategy_filters_and_ttl_per_grain_type,
+    pools_are_validated_stored_and_read_back,
+    a_pool_hands_out_only_available_nodes_by_its_rule,
 );
 
 async fn three_silos(app: &TestApp) {
@@ -629,4 +631,113 @@ async fn the_policy_decides_strategy_filters_and_ttl_per_grain_type(backend: Bac
         app.get(&format!("/silos/{}", silos[0])).await.body["silo_ttl_ms"],
         60000
     );
+}
+
+async fn put_pool(app: &TestApp, pool: &str, body: Value) -> crate::helpers::Reply {
+    app.send(
+        axum::http::Method::PUT,
+        &app.path(&format!("/pools/{pool}")),
+        Some(body),
+    )
+    .await
+}
+
+async fn pools_are_validated_stored_and_read_back(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    app.get("/pools/storage")
+        .await
+        .problem(StatusCode::NOT_FOUND);
+    let bad = put_pool(&app, "storage", json!({ "members": { "role": "x", "silos": ["a@1"] }, "ttl_seconds": 99999, "rule": "fastest" })).await;
+    assert_eq!(bad.invalid_fields(), ["rule"]);
+    let bad = put_pool(
+        &app,
+        "storage",
+        json!({ "members": { "role": "x", "silos": ["a@1"] }, "ttl_seconds": 99999 }),
+    )
+    .await;
+    assert_eq!(bad.invalid_fields(), ["members", "ttl_seconds"]);
+    let bad_name = put_pool(&app, "Storage_1", json!({})).await;
+    assert_eq!(bad_name.invalid_fields(), ["pool"]);
+
+    let pool = json!({ "members": { "role": "storage" }, "rule": "connection_count", "burst_aware": true, "ttl_seconds": 5 });
+    assert_eq!(
+        put_pool(&app, "storage", pool.clone()).await.status,
+        StatusCode::OK
+    );
+    let read = app.get("/pools/storage").await;
+    assert_eq!(read.body, pool);
+}
+
+async fn a_pool_hands_out_only_available_nodes_by_its_rule(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    for (silo, status, connections) in [
+        ("a@1", "active", 30),
+        ("b@1", "active", 10),
+        ("c@1", "active", 20),
+        ("d@1", "shutting_down", 0),
+    ] {
+        app.heartbeat(
+            silo,
+            json!({ "status": status, "role": "storage", "connection_count": connections }),
+        )
+        .await;
+    }
+    app.heartbeat("web@1", json!({ "role": "web", "connection_count": 0 }))
+        .await;
+    assert_eq!(
+        put_pool(
+            &app,
+            "rr",
+            json!({ "members": { "role": "storage" }, "ttl_seconds": 5 })
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let answer = app.post("/pools/rr/connections", json!({})).await.body;
+        assert_eq!(
+            (answer["rule"].as_str(), answer["valid_for_ms"].as_u64()),
+            (Some("round_robin"), Some(5_000))
+        );
+        order.push(answer["silo"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        order,
+        ["a@1", "b@1", "c@1", "a@1", "b@1", "c@1"],
+        "in turn; never the shutting-down d or the web silo"
+    );
+
+    assert_eq!(
+        put_pool(
+            &app,
+            "least",
+            json!({ "members": { "role": "storage" }, "rule": "connection_count" })
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let least = app
+        .post("/pools/least/connections?explain=true", json!({}))
+        .await
+        .body;
+    assert_eq!(least["silo"], "b@1");
+    assert_eq!(
+        least["explanation"]["candidates"],
+        json!(["a@1", "b@1", "c@1"])
+    );
+
+    // Every member dead: a clear 503, never a dead node.
+    app.clock.advance_ms(TTL_MS);
+    let none = app.post("/pools/rr/connections", json!({})).await;
+    assert_eq!(
+        none.problem(StatusCode::SERVICE_UNAVAILABLE)["type"],
+        "urn:placement-oracle:problem:no-available-node"
+    );
+    app.post("/pools/nowhere/connections", json!({}))
+        .await
+        .problem(StatusCode::NOT_FOUND);
 }

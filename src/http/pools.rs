@@ -1,0 +1,138 @@
+//! Connection pools: `PUT · GET /v1/clusters/{cluster}/pools/{pool}` and
+//! `POST …/pools/{pool}/connections` — which node should this client connect to.
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::AppState;
+use crate::cluster::{ClusterName, PoolName};
+use crate::connect::{ConnectRule, Pool};
+use crate::oracle::ConnectionExplanation;
+
+/// Where a client should connect.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConnectionResponse {
+    #[schema(example = "10.0.0.7:11111@139002")]
+    pub silo: String,
+    #[schema(example = "10.0.0.7:11111")]
+    pub address: String,
+    pub rule: ConnectRule,
+    /// How long the client may reuse this answer.
+    #[schema(example = 5000)]
+    pub valid_for_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<ConnectionExplanation>,
+}
+
+/// Options of a connection request.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectQuery {
+    /// Return the candidates, each one's figure and whether the answer was a kept decision.
+    #[serde(default)]
+    pub explain: bool,
+}
+
+fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError> {
+    Ok((ClusterName::parse(cluster)?, PoolName::parse(pool)?))
+}
+
+/// Create or replace a connection pool.
+///
+/// Members by silo list, role or metadata (or every silo); the rule; the answer's TTL. Creates the
+/// cluster if it does not exist yet.
+#[utoipa::path(
+    put,
+    path = "/v1/clusters/{cluster}/pools/{pool}",
+    tag = "connections",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("pool" = String, Path, description = "Pool name: [a-z0-9][a-z0-9-]{0,62}", example = "storage"),
+    ),
+    request_body = Pool,
+    responses(
+        (status = 200, description = "The pool as stored", body = Pool),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn put_pool(
+    State(state): State<AppState>,
+    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+    ApiJson(pool): ApiJson<Pool>,
+) -> Result<Json<Pool>, ApiError> {
+    let (cluster, name) = names(&cluster, &pool_name)?;
+    pool.validate()?;
+    state.oracle.put_pool(&cluster, &name, &pool).await?;
+    Ok(Json(pool))
+}
+
+/// Read a connection pool.
+#[utoipa::path(
+    get,
+    path = "/v1/clusters/{cluster}/pools/{pool}",
+    tag = "connections",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("pool" = String, Path, description = "Pool name", example = "storage"),
+    ),
+    responses(
+        (status = 200, description = "The pool", body = Pool),
+        (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster or pool name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_pool(
+    State(state): State<AppState>,
+    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+) -> Result<Json<Pool>, ApiError> {
+    let (cluster, name) = names(&cluster, &pool_name)?;
+    Ok(Json(state.oracle.pool(&cluster, &name).await?))
+}
+
+/// Which node should this client connect to?
+///
+/// One answer per new client connection, by the pool's rule: round robin (a counter all replicas
+/// share), lowest connection count (10 s samples, 1 min average), lowest network throughput or
+/// lowest CPU (decision kept for 5 s), or their burst-aware variants. Dead, joining and
+/// shutting-down nodes are never returned.
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/pools/{pool}/connections",
+    tag = "connections",
+    params(
+        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("pool" = String, Path, description = "Pool name", example = "storage"),
+        ConnectQuery,
+    ),
+    responses(
+        (status = 200, description = "The node to connect to", body = ConnectionResponse),
+        (status = 404, description = "No such cluster or pool", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster, pool or query", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No member is active and alive, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_connection(
+    State(state): State<AppState>,
+    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery<ConnectQuery>,
+) -> Result<Json<ConnectionResponse>, ApiError> {
+    let (cluster, name) = names(&cluster, &pool_name)?;
+    let connection = state.oracle.connect(&cluster, &name, query.explain).await?;
+    Ok(Json(ConnectionResponse {
+        silo: connection.silo,
+        address: connection.address,
+        rule: connection.rule,
+        valid_for_ms: connection.valid_for_ms,
+        explanation: connection.explanation,
+    }))
+}

@@ -1,0 +1,148 @@
+//! Connection pools: which node should this client connect to.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::{Oracle, OracleError};
+use crate::cluster::{ClusterName, PoolName};
+use crate::connect::{self, ConnectRule, Node, Pool, PoolState};
+use crate::placement::ClusterView;
+use crate::telemetry::metric;
+
+/// Per-replica state of every pool's rule (samples, kept decisions, connections handed out).
+pub(super) type PoolStates = Mutex<HashMap<(ClusterName, PoolName), PoolState>>;
+
+/// The node a client should connect to.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub silo: String,
+    pub address: String,
+    pub rule: ConnectRule,
+    /// How long the answer may be reused (the pool's TTL).
+    pub valid_for_ms: u64,
+    pub explanation: Option<ConnectionExplanation>,
+}
+
+/// Why a connection went where it did.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectionExplanation {
+    /// Available members (active, alive, selected), in the order the rule saw them.
+    pub candidates: Vec<String>,
+    /// Each candidate's figure as the rule compared it (lower wins); empty for round robin.
+    pub figures: Vec<(String, f64)>,
+    /// Whether the answer is the decision kept for the current 5-second window.
+    pub kept: bool,
+    pub burst_aware: bool,
+}
+
+impl Oracle {
+    /// Creates or replaces a pool.
+    pub async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+    ) -> Result<(), OracleError> {
+        self.store
+            .put_pool(cluster, name, pool, self.clock.now_ms())
+            .await
+            .inspect_err(|_| metric::store_error("put_pool"))?;
+        // A changed rule starts from a clean slate on this replica.
+        self.pool_states().remove(&(cluster.clone(), name.clone()));
+        Ok(())
+    }
+
+    /// A pool's definition.
+    pub async fn pool(&self, cluster: &ClusterName, name: &PoolName) -> Result<Pool, OracleError> {
+        self.store
+            .pool(cluster, name)
+            .await
+            .inspect_err(|_| metric::store_error("pool"))?
+            .ok_or_else(|| OracleError::PoolNotFound {
+                cluster: cluster.to_string(),
+                pool: name.to_string(),
+            })
+    }
+
+    /// Chooses the node for one new client connection by the pool's rule. Reads membership fresh:
+    /// a node that started shutting down or died is never handed out.
+    pub async fn connect(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        explain: bool,
+    ) -> Result<Connection, OracleError> {
+        let pool = self.pool(cluster, name).await?;
+        let membership = self.read_membership(cluster).await?;
+        let view = ClusterView {
+            now: self.clock.now_ms(),
+            silo_ttl_ms: membership.silo_ttl_ms,
+            silos: membership.silos,
+        };
+        let available = pool.available(&view);
+        if available.is_empty() {
+            return Err(OracleError::NoAvailableNode {
+                pool: name.to_string(),
+            });
+        }
+        let counter = if pool.rule == ConnectRule::RoundRobin {
+            self.store
+                .next_round_robin(cluster, name)
+                .await
+                .inspect_err(|_| metric::store_error("next_round_robin"))?
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let nodes: Vec<Node<'_>> = available.iter().map(|&silo| Node { silo }).collect();
+        let choice = {
+            let mut states = self.pool_states();
+            let state = states.entry((cluster.clone(), name.clone())).or_default();
+            connect::choose(
+                pool.rule,
+                pool.burst_aware,
+                &nodes,
+                state,
+                view.now,
+                counter,
+            )
+        }
+        .ok_or_else(|| OracleError::NoAvailableNode {
+            pool: name.to_string(),
+        })?;
+        let chosen = available
+            .iter()
+            .find(|s| s.id == choice.silo)
+            .expect("the rule chose among the available nodes");
+        metric::connection(name.as_str(), rule_name(pool.rule), choice.silo.as_str());
+        Ok(Connection {
+            silo: choice.silo.to_string(),
+            address: chosen.profile.address.clone(),
+            rule: pool.rule,
+            valid_for_ms: u64::from(pool.ttl_seconds) * 1_000,
+            explanation: explain.then(|| ConnectionExplanation {
+                candidates: available.iter().map(|s| s.id.to_string()).collect(),
+                figures: choice.figures,
+                kept: choice.kept,
+                burst_aware: pool.burst_aware,
+            }),
+        })
+    }
+
+    fn pool_states(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(ClusterName, PoolName), PoolState>> {
+        self.pool_states
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn rule_name(rule: ConnectRule) -> &'static str {
+    match rule {
+        ConnectRule::RoundRobin => "round_robin",
+        ConnectRule::ConnectionCount => "connection_count",
+        ConnectRule::NetworkThroughput => "network_throughput",
+        ConnectRule::CpuUsage => "cpu_usage",
+    }
+}
