@@ -54,7 +54,7 @@ fn main() {
                 continue;
             }
             let mut state = PoolState::default();
-            let mut counts = vec![0usize; NODES];
+            let mut counts = [0usize; NODES];
             for i in 0..BURST {
                 let now = i as i64; // one connection per millisecond
                 let choice = choose(rule, burst_aware, &nodes, &mut state, now, i as u64).unwrap();
