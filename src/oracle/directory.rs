@@ -153,11 +153,11 @@ impl Oracle {
             .filter(|&i| strategies[i].registers())
             .collect();
 
-        // One statement per batch answers every registered grain: its entry if it has one, else
+        // One batched store call answers every registered grain: its entry if it has one, else
         // the registration of a silo decided now. Deciding before knowing costs a pure decision
-        // (microseconds, tallied on a scratch copy) for grains that exist, and saves new grains a
-        // round trip. Webhook grains only look up here: their endpoint is asked only for grains
-        // that need placing.
+        // (about a microsecond, tallied on a scratch copy) for grains that exist, and spares new
+        // grains a second trip through the oracle. Webhook grains only look up here: their
+        // endpoint is asked only for grains that need placing.
         let view = ClusterView {
             now: self.clock.now_ms(),
             silo_ttl_ms: membership.silo_ttl_ms,
