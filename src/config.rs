@@ -87,6 +87,19 @@ pub struct Config {
     #[arg(long, env = "ORACLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
+    /// Address of the DNS listener for connection pools (UDP); unset means off.
+    #[arg(long, env = "ORACLE_DNS_LISTEN", global = true)]
+    pub dns_listen: Option<SocketAddr>,
+
+    /// The zone the DNS listener answers: `{pool}.{cluster}.{zone}`.
+    #[arg(
+        long,
+        env = "ORACLE_DNS_ZONE",
+        default_value = "oracle.internal",
+        global = true
+    )]
+    pub dns_zone: String,
+
     /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
     /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
@@ -117,6 +130,17 @@ impl Config {
         check(
             (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
             "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
+        );
+        let zone = self.dns_zone.trim_end_matches('.');
+        check(
+            !zone.is_empty()
+                && zone.len() <= 200
+                && zone.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                }),
+            "ORACLE_DNS_ZONE must be a DNS name such as oracle.example.com",
         );
         if let Some(url) = &self.database_url {
             check(
@@ -162,6 +186,8 @@ impl fmt::Debug for Config {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("log_format", &self.log_format)
+            .field("dns_listen", &self.dns_listen)
+            .field("dns_zone", &self.dns_zone)
             .field("rng_seed", &self.rng_seed)
             .finish()
     }

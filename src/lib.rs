@@ -14,6 +14,8 @@
 //! - The domain, pure and I/O-free: [`cluster`] (names, silos, lifecycle, Kalman smoothing) and
 //!   [`placement`] (compatibility, hints, strategies, explanations).
 //! - [`store`]: the storage interface with its Postgres and in-memory implementations.
+//! - [`connect`]: SmartConnect-style connection rules (pure); [`dns`]: the DNS listener, a thin
+//!   shell beside `http` that answers pools over DNS.
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -25,6 +27,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod connect;
+pub mod dns;
 pub mod http;
 pub mod oracle;
 pub mod placement;
@@ -73,7 +76,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests.
-/// The membership sweep runs alongside and stops with it.
+/// The membership sweep, and the DNS listener when configured, run alongside and stop with it.
 pub async fn serve(
     config: Config,
     store: Arc<dyn Store>,
@@ -89,18 +92,40 @@ pub async fn serve(
         request_timeout: config.request_timeout(),
         body_limit_bytes: config.body_limit_bytes,
     };
-    let (stop_sweeper, sweeper_stopped) = tokio::sync::oneshot::channel::<()>();
-    let sweeper = tokio::spawn(oracle::run_sweeper(oracle, async {
-        let _ = sweeper_stopped.await;
-    }));
+    let (stop_background, background_stopped) = tokio::sync::watch::channel(false);
+    let stopped = |mut watch: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = watch.wait_for(|stop| *stop).await;
+    };
+    let dns = match config.dns_listen {
+        Some(address) => {
+            let socket = tokio::net::UdpSocket::bind(address)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
+            tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
+            Some(tokio::spawn(dns::serve_dns(
+                oracle.clone(),
+                socket,
+                config.dns_zone.clone(),
+                stopped(background_stopped.clone()),
+            )))
+        }
+        None => None,
+    };
+    let sweeper = tokio::spawn(oracle::run_sweeper(
+        oracle,
+        stopped(background_stopped.clone()),
+    ));
 
     let address = listener.local_addr()?;
     tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
     axum::serve(listener, app(state, limits))
         .with_graceful_shutdown(shutdown)
         .await?;
-    let _ = stop_sweeper.send(());
+    let _ = stop_background.send(true);
     let _ = sweeper.await;
+    if let Some(dns) = dns {
+        let _ = dns.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

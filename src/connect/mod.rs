@@ -2,9 +2,8 @@
 //!
 //! Pure code like the placement strategies: the rules read member nodes (silos, with the load
 //! figures their heartbeats carry), the pool's per-replica state (samples, cached decisions,
-//! connections handed out) and the oracle's clock, and return the chosen node. The pools
-//! themselves, their store, the REST endpoint and the DNS listener come later; this module is the
-//! decision logic they will share.
+//! connections handed out) and the oracle's clock, and return the chosen node. The REST endpoint
+//! (`http/pools.rs`) and the DNS listener (`dns.rs`) both reach them through `Oracle::connect`.
 //!
 //! Rules (SmartConnect's, as its documentation describes them):
 //! - `round_robin` (the default): the next node in turn, by a counter all replicas share. It does

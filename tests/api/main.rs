@@ -5,6 +5,7 @@
 //! keeps the committed spec in step with the code; `ops` covers health, readiness, metrics and
 //! graceful shutdown.
 
+mod dns;
 mod helpers;
 mod inputs;
 mod openapi;
