@@ -8,7 +8,7 @@
 //! malformed packet gets FORMERR (or nothing, when not even its id can be read) — never a crash.
 
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
@@ -17,10 +17,14 @@ use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::net::UdpSocket;
 
 use crate::cluster::{ClusterName, PoolName};
+use crate::connect::{node_ip, IpFamily};
 use crate::oracle::{Oracle, OracleError};
 
 /// Largest UDP message read (plain DNS is 512; EDNS clients may send more).
 const MAX_PACKET: usize = 4_096;
+/// Queries answered at once. Each costs store calls shared with the HTTP API, and UDP sources can
+/// be forged, so beyond this the listener drops packets (clients retry) rather than starve the API.
+const MAX_QUERIES_IN_FLIGHT: usize = 256;
 
 /// Answers DNS queries on `socket` until `shutdown` completes.
 pub async fn serve_dns(
@@ -32,18 +36,21 @@ pub async fn serve_dns(
     let socket = Arc::new(socket);
     let zone: Arc<str> = zone.to_ascii_lowercase().trim_end_matches('.').into();
     let mut buffer = vec![0u8; MAX_PACKET];
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_QUERIES_IN_FLIGHT));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
             received = socket.recv_from(&mut buffer) => {
                 let Ok((length, peer)) = received else { continue };
+                let Ok(slot) = in_flight.clone().try_acquire_owned() else { continue };
                 let packet = buffer[..length].to_vec();
                 let (oracle, socket, zone) = (oracle.clone(), socket.clone(), zone.clone());
                 tokio::spawn(async move {
                     if let Some(reply) = answer(&oracle, &zone, &packet).await {
                         let _ = socket.send_to(&reply, peer).await;
                     }
+                    drop(slot);
                 });
             }
         }
@@ -86,12 +93,22 @@ pub async fn answer(oracle: &Oracle, zone: &str, packet: &[u8]) -> Option<Vec<u8
 async fn resolve(oracle: &Oracle, zone: &str, query: &Query) -> Result<Vec<Record>, ResponseCode> {
     let name = query.name().to_ascii().to_ascii_lowercase();
     let name = name.trim_end_matches('.');
-    let Some(inside) = name
-        .strip_suffix(zone)
-        .and_then(|rest| rest.strip_suffix('.'))
-    else {
-        return Err(ResponseCode::Refused);
+    let inside = if name == zone {
+        ""
+    } else {
+        match name
+            .strip_suffix(zone)
+            .and_then(|rest| rest.strip_suffix('.'))
+        {
+            Some(inside) => inside,
+            None => return Err(ResponseCode::Refused),
+        }
     };
+    // The zone apex and `{cluster}.{zone}` exist (pools live below them): no data, not NXDOMAIN,
+    // so resolvers that minimise query names still find the pools.
+    if inside.is_empty() || !inside.contains('.') {
+        return Ok(Vec::new());
+    }
     let (Some((pool, cluster)), true) = (inside.split_once('.'), inside.matches('.').count() == 1)
     else {
         return Err(ResponseCode::NXDomain);
@@ -100,8 +117,8 @@ async fn resolve(oracle: &Oracle, zone: &str, query: &Query) -> Result<Vec<Recor
         return Err(ResponseCode::NXDomain);
     };
     let family = match query.query_type() {
-        RecordType::A => RecordType::A,
-        RecordType::AAAA => RecordType::AAAA,
+        RecordType::A => IpFamily::V4,
+        RecordType::AAAA => IpFamily::V6,
         // Another type for a pool that exists: no data (NOERROR, no answer).
         _ => {
             return match oracle.pool(&cluster, &pool).await {
@@ -110,15 +127,17 @@ async fn resolve(oracle: &Oracle, zone: &str, query: &Query) -> Result<Vec<Recor
             }
         }
     };
-    let connection = oracle
-        .connect(&cluster, &pool, false)
-        .await
-        .map_err(|error| failure_code(&error))?;
+    let connection = match oracle.connect(&cluster, &pool, false, Some(family)).await {
+        Ok(connection) => connection,
+        // Members exist, just none with an address of this family: no data.
+        Err(OracleError::NoNodeOfFamily { .. }) => return Ok(Vec::new()),
+        Err(error) => return Err(failure_code(&error)),
+    };
     let ttl = u32::try_from(connection.valid_for_ms / 1_000).unwrap_or(u32::MAX);
-    let record = match (family, ip_of(&connection.address)) {
-        (RecordType::A, Some(IpAddr::V4(ip))) => RData::A(A(ip)),
-        (RecordType::AAAA, Some(IpAddr::V6(ip))) => RData::AAAA(AAAA(ip)),
-        _ => return Ok(Vec::new()),
+    let record = match node_ip(&connection.address) {
+        Some(IpAddr::V4(ip)) => RData::A(A(ip)),
+        Some(IpAddr::V6(ip)) => RData::AAAA(AAAA(ip)),
+        None => return Ok(Vec::new()),
     };
     Ok(vec![Record::from_rdata(query.name().clone(), ttl, record)])
 }
@@ -129,27 +148,5 @@ fn failure_code(error: &OracleError) -> ResponseCode {
             ResponseCode::NXDomain
         }
         _ => ResponseCode::ServFail,
-    }
-}
-
-/// The IP of a node address: `10.0.0.5:11111`, `[::1]:11111` or a bare IP.
-fn ip_of(address: &str) -> Option<IpAddr> {
-    address
-        .parse::<SocketAddr>()
-        .map(|socket| socket.ip())
-        .or_else(|_| address.parse::<IpAddr>())
-        .ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_addresses_yield_their_ip() {
-        assert_eq!(ip_of("10.0.0.5:11111"), Some("10.0.0.5".parse().unwrap()));
-        assert_eq!(ip_of("[::1]:11111"), Some("::1".parse().unwrap()));
-        assert_eq!(ip_of("10.0.0.9"), Some("10.0.0.9".parse().unwrap()));
-        assert_eq!(ip_of("node-7.internal:11111"), None);
     }
 }

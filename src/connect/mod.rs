@@ -23,5 +23,5 @@
 pub mod pool;
 pub mod rules;
 
-pub use pool::{Members, Pool};
+pub use pool::{has_family, node_ip, IpFamily, Members, Pool};
 pub use rules::{choose, Choice, ConnectRule, Node, PoolState};

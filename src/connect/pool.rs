@@ -132,6 +132,31 @@ impl Pool {
     }
 }
 
+/// An address family a DNS query asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+/// The IP of a node address: `10.0.0.5:11111`, `[::1]:11111` or a bare IP; `None` for a host name.
+pub fn node_ip(address: &str) -> Option<std::net::IpAddr> {
+    address
+        .parse::<std::net::SocketAddr>()
+        .map(|socket| socket.ip())
+        .or_else(|_| address.parse::<std::net::IpAddr>())
+        .ok()
+}
+
+/// Whether a silo's address is an IP of `family`.
+pub fn has_family(silo: &SiloRecord, family: IpFamily) -> bool {
+    matches!(
+        (node_ip(&silo.profile.address), family),
+        (Some(std::net::IpAddr::V4(_)), IpFamily::V4)
+            | (Some(std::net::IpAddr::V6(_)), IpFamily::V6)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +207,14 @@ mod tests {
             2,
             "no selector: every active silo"
         );
+    }
+
+    #[test]
+    fn node_addresses_yield_their_ip() {
+        assert_eq!(node_ip("10.0.0.5:11111"), Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(node_ip("[::1]:11111"), Some("::1".parse().unwrap()));
+        assert_eq!(node_ip("10.0.0.9"), Some("10.0.0.9".parse().unwrap()));
+        assert_eq!(node_ip("node-7.internal:11111"), None);
     }
 
     #[test]

@@ -189,8 +189,12 @@ fn average(samples: Option<&VecDeque<u64>>) -> f64 {
     }
 }
 
-/// Records each node's CPU reading once per heartbeat, keeping the last window's.
+/// Records each node's CPU reading once per heartbeat, keeping the last window's (and forgetting
+/// nodes that are no longer members: silo ids change with every restart).
 fn record_cpu(state: &mut PoolState, nodes: &[Node<'_>], now: Millis) {
+    state
+        .cpu_readings
+        .retain(|id, _| nodes.iter().any(|n| n.id() == id));
     for node in nodes {
         let readings = state.cpu_readings.entry(node.id().clone()).or_default();
         let heartbeat = node.silo.heartbeat_count;

@@ -243,7 +243,7 @@ impl From<OracleError> for ApiError {
     fn from(error: OracleError) -> Self {
         let detail = error.to_string();
         match error {
-            OracleError::NoAvailableNode { .. } => Self::new(
+            OracleError::NoAvailableNode { .. } | OracleError::NoNodeOfFamily { .. } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no-available-node",
                 "No member of the pool is available",

@@ -127,7 +127,10 @@ pub async fn post_connection(
     ApiQuery(query): ApiQuery<ConnectQuery>,
 ) -> Result<Json<ConnectionResponse>, ApiError> {
     let (cluster, name) = names(&cluster, &pool_name)?;
-    let connection = state.oracle.connect(&cluster, &name, query.explain).await?;
+    let connection = state
+        .oracle
+        .connect(&cluster, &name, query.explain, None)
+        .await?;
     Ok(Json(ConnectionResponse {
         silo: connection.silo,
         address: connection.address,

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use super::{Oracle, OracleError};
 use crate::cluster::{ClusterName, PoolName};
-use crate::connect::{self, ConnectRule, Node, Pool, PoolState};
+use crate::connect::{self, has_family, ConnectRule, IpFamily, Node, Pool, PoolState};
 use crate::placement::ClusterView;
 use crate::telemetry::metric;
 
@@ -66,11 +66,14 @@ impl Oracle {
 
     /// Chooses the node for one new client connection by the pool's rule. Reads membership fresh:
     /// a node that started shutting down or died is never handed out.
+    /// `family` (for DNS) keeps only members whose address is an IP of that family, so an AAAA
+    /// question neither spends a decision nor answers with an IPv4 node.
     pub async fn connect(
         &self,
         cluster: &ClusterName,
         name: &PoolName,
         explain: bool,
+        family: Option<IpFamily>,
     ) -> Result<Connection, OracleError> {
         let pool = self.pool(cluster, name).await?;
         let membership = self.read_membership(cluster).await?;
@@ -79,11 +82,19 @@ impl Oracle {
             silo_ttl_ms: membership.silo_ttl_ms,
             silos: membership.silos,
         };
-        let available = pool.available(&view);
+        let mut available = pool.available(&view);
         if available.is_empty() {
             return Err(OracleError::NoAvailableNode {
                 pool: name.to_string(),
             });
+        }
+        if let Some(family) = family {
+            available.retain(|silo| has_family(silo, family));
+            if available.is_empty() {
+                return Err(OracleError::NoNodeOfFamily {
+                    pool: name.to_string(),
+                });
+            }
         }
         let counter = if pool.rule == ConnectRule::RoundRobin {
             self.store

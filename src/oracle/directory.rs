@@ -87,15 +87,6 @@ impl Placement {
     }
 }
 
-/// Where a round's decisions are tallied (see [`placement::LocalDeltas`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tally {
-    /// In this replica's tally: the decisions are final.
-    Shared,
-    /// In a copy thrown away afterwards: the decisions are tentative.
-    Scratch,
-}
-
 /// What one round of decisions reads.
 struct Round<'a> {
     view: &'a ClusterView,
@@ -179,7 +170,7 @@ impl Oracle {
         let mut tentative: HashMap<usize, placement::Decision> = proposing
             .iter()
             .copied()
-            .zip(self.decide(cluster, &round, &proposing, Tally::Scratch))
+            .zip(self.decide(cluster, &round, &proposing))
             .filter_map(|(i, decided)| decided.ok().map(|decision| (i, decision)))
             .collect();
         let outcomes = self
@@ -202,8 +193,19 @@ impl Oracle {
         let mut results: Vec<Option<Result<Placement, OracleError>>> =
             (0..requests.len()).map(|_| None).collect();
         let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
-        let mut placed_on = Vec::new();
+        let mut not_placed = Vec::new();
+        // A proposed silo that turned out unavailable means the membership read was stale: decide
+        // again on a fresh one rather than repeat the same choice.
+        let mut stale_view = false;
         for (&i, outcome) in registered.iter().zip(outcomes) {
+            if !matches!(outcome, Registration::Registered(_)) {
+                if let Some(decision) = tentative.get(&i) {
+                    stale_view |= matches!(outcome, Registration::SiloUnavailable);
+                    if strategies[i].tallies() {
+                        not_placed.push(decision.silo.clone());
+                    }
+                }
+            }
             match outcome {
                 Registration::Existing(located) if located.live => {
                     results[i] = Some(Ok(Placement::registered(
@@ -216,9 +218,6 @@ impl Oracle {
                     stale_epochs.insert(i, located.activation.epoch);
                 }
                 Registration::Registered(activation) => {
-                    if strategies[i].tallies() {
-                        placed_on.push(activation.silo.clone());
-                    }
                     let explanation = tentative.remove(&i).and_then(|d| d.explanation);
                     results[i] = Some(Ok(Placement::registered(
                         activation,
@@ -229,8 +228,9 @@ impl Oracle {
                 Registration::SiloUnavailable => {}
             }
         }
-        self.tally(cluster, &view, &placed_on);
+        self.untally(cluster, &view, &not_placed);
 
+        let mut asked_webhook = std::collections::HashSet::new();
         for round in 0..MAX_PLACEMENT_ROUNDS {
             let pending: Vec<usize> = (0..requests.len())
                 .filter(|&i| results[i].is_none())
@@ -241,7 +241,8 @@ impl Oracle {
             // The first round may decide on a recent membership read. A later round exists only
             // because a chosen silo vanished or nothing fitted, so it reads afresh: a grain is
             // declared unplaceable only on a fresh read.
-            let (membership, cached) = self.membership_for_placement(cluster, round > 0).await?;
+            let fresh = round > 0 || stale_view;
+            let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
             let view = ClusterView {
                 now: self.clock.now_ms(),
                 silo_ttl_ms: membership.silo_ttl_ms,
@@ -249,8 +250,15 @@ impl Oracle {
             };
 
             let policy = &membership.policy;
+            // Each grain's endpoint is asked once per call (its timeout counts once against the
+            // request's); a later round decides by the fallback.
+            let unasked: Vec<usize> = pending
+                .iter()
+                .copied()
+                .filter(|i| asked_webhook.insert(*i))
+                .collect();
             let webhook_choices = self
-                .ask_webhooks(cluster, &view, policy, requests, &strategies, &pending)
+                .ask_webhooks(cluster, &view, policy, requests, &strategies, &unasked)
                 .await;
             let decisions = self.decide(
                 cluster,
@@ -262,7 +270,6 @@ impl Oracle {
                     webhook_choices: &webhook_choices,
                 },
                 &pending,
-                Tally::Shared,
             );
             let mut attempts = Vec::with_capacity(pending.len());
             let mut explanations = HashMap::new();
@@ -323,6 +330,15 @@ impl Oracle {
                         .collect(),
                 )
                 .await?;
+            let not_placed: Vec<SiloId> = attempts
+                .iter()
+                .zip(&registrations)
+                .filter(|((i, _), registration)| {
+                    strategies[*i].tallies() && !matches!(registration, Registration::Registered(_))
+                })
+                .map(|((_, entry), _)| entry.silo.clone())
+                .collect();
+            self.untally(cluster, &view, &not_placed);
             for ((i, _), registration) in attempts.into_iter().zip(registrations) {
                 match registration {
                     Registration::Registered(activation) => {
@@ -364,7 +380,6 @@ impl Oracle {
         cluster: &ClusterName,
         round: &Round<'_>,
         pending: &[usize],
-        tally: Tally,
     ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
         let Round {
             view,
@@ -373,18 +388,7 @@ impl Oracle {
             strategies,
             webhook_choices,
         } = round;
-        self.with_rng_and_deltas(cluster, |rng, shared| {
-            // Tentative decisions must not count in the tally until they are registered, but each
-            // must see the ones before it, or a batch would pile onto one silo.
-            // (Only strategies that tally touch it, so only they need the copy.)
-            let mut scratch;
-            let deltas = match tally {
-                Tally::Scratch if pending.iter().any(|&i| strategies[i].tallies()) => {
-                    scratch = shared.clone();
-                    &mut scratch
-                }
-                Tally::Shared | Tally::Scratch => shared,
-            };
+        self.with_rng_and_deltas(cluster, |rng, deltas| {
             pending
                 .iter()
                 .map(|&i| {

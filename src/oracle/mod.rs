@@ -23,7 +23,7 @@ pub use membership::SiloSnapshot;
 pub use sweeper::run_sweeper;
 
 use crate::clock::Clock;
-use crate::cluster::{ClusterName, GrainId, HeartbeatRejection};
+use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::policy::Policy;
 use crate::placement::{LocalDeltas, PlacementError};
 use crate::store::{Located, Membership, NewActivation, Proposal, Registration, Store, StoreError};
@@ -60,6 +60,8 @@ pub enum OracleError {
     PoolNotFound { cluster: String, pool: String },
     #[error("pool `{pool}` has no member that is active and alive")]
     NoAvailableNode { pool: String },
+    #[error("pool `{pool}` has no available member with an address of the family asked for")]
+    NoNodeOfFamily { pool: String },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },
     #[error(transparent)]
@@ -137,15 +139,22 @@ impl Oracle {
         self.store.as_ref()
     }
 
-    /// Counts registered placements in this replica's tally (one per silo id listed).
-    fn tally(&self, cluster: &ClusterName, view: &crate::placement::ClusterView, silos: &[String]) {
+    /// Takes back tallied decisions that did not become placements (one per silo id listed): the
+    /// grain existed, or its registration failed. Decisions are tallied when made, so placements
+    /// still in flight already count for the decisions made meanwhile.
+    fn untally(
+        &self,
+        cluster: &ClusterName,
+        view: &crate::placement::ClusterView,
+        silos: &[SiloId],
+    ) {
         if silos.is_empty() {
             return;
         }
         self.with_rng_and_deltas(cluster, |_, deltas| {
             for silo in silos {
-                if let Some(record) = view.silos.iter().find(|s| s.id.as_str() == silo) {
-                    deltas.add(record, 1);
+                if let Some(record) = view.find(silo) {
+                    deltas.remove(record, 1);
                 }
             }
         });

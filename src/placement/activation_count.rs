@@ -157,6 +157,31 @@ mod tests {
     }
 
     #[test]
+    fn a_late_tally_from_an_older_view_adds_to_the_newer_tally_and_can_be_taken_back() {
+        let old = with_recent("S", Some(10), false);
+        let mut newer = old.clone();
+        newer.heartbeat_count += 1;
+        let mut deltas = LocalDeltas::default();
+        deltas.add(&newer, 50);
+        deltas.add(&old, 1);
+        assert_eq!(
+            deltas.get(&newer),
+            51,
+            "an old view's placement must not wipe the newer tally"
+        );
+        deltas.remove(&newer, 2);
+        assert_eq!(deltas.get(&newer), 49);
+        deltas.remove(&old, 10);
+        assert_eq!(
+            deltas.get(&newer),
+            49,
+            "a take-back for an older heartbeat leaves the newer alone"
+        );
+        deltas.remove(&newer, 100);
+        assert_eq!(deltas.get(&newer), 0);
+    }
+
+    #[test]
     fn scenario_6_all_overloaded_is_an_error() {
         let v = view(vec![
             with_recent("B", Some(1), true),

@@ -151,11 +151,27 @@ impl LocalDeltas {
         }
     }
 
-    /// Counts one more placement on `silo`.
+    /// Counts `n` more placements on `silo`. A record older than the tally's (a decision made on a
+    /// view read before the silo's latest heartbeat) adds to the newer tally instead of resetting it.
     pub fn add(&mut self, silo: &SiloRecord, n: u64) {
-        let delta = self.get(silo) + n;
-        self.0
-            .insert(silo.id.clone(), (silo.heartbeat_count, delta));
+        let entry = self
+            .0
+            .entry(silo.id.clone())
+            .or_insert((silo.heartbeat_count, 0));
+        if silo.heartbeat_count > entry.0 {
+            *entry = (silo.heartbeat_count, 0);
+        }
+        entry.1 += n;
+    }
+
+    /// Takes back `n` placements counted on `silo` that did not happen (the grain existed, or the
+    /// registration failed). Never goes below zero, and never touches a newer heartbeat's tally.
+    pub fn remove(&mut self, silo: &SiloRecord, n: u64) {
+        if let Some(entry) = self.0.get_mut(&silo.id) {
+            if entry.0 == silo.heartbeat_count {
+                entry.1 = entry.1.saturating_sub(n);
+            }
+        }
     }
 }
 

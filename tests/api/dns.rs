@@ -82,6 +82,28 @@ async fn a_resolver_gets_one_node_per_lookup_by_the_pools_rule_and_nxdomain_for_
         assert!(error.is_nx_domain(), "{unknown}: {error}");
     }
 
+    // An AAAA question for an IPv4-only pool: no data, and no turn of the round robin spent.
+    let no_v6 = resolver.ipv6_lookup(name.as_str()).await.unwrap_err();
+    assert!(!no_v6.is_nx_domain(), "the name exists: {no_v6}");
+    let after: Vec<IpAddr> = {
+        let mut ips = Vec::new();
+        for _ in 0..3 {
+            ips.extend(resolver.lookup_ip(name.as_str()).await.unwrap().iter());
+        }
+        ips
+    };
+    assert_eq!(
+        after,
+        [1, 2, 3].map(|i| IpAddr::from([10, 0, 0, i])),
+        "the cycle goes on where it was"
+    );
+    // The cluster level exists too (pools live below it): no data, not NXDOMAIN.
+    let cluster_level = resolver
+        .lookup_ip(format!("{}.{ZONE}.", app.cluster).as_str())
+        .await
+        .unwrap_err();
+    assert!(!cluster_level.is_nx_domain(), "{cluster_level}");
+
     // Garbage does not take the listener down: it answers FORMERR (or nothing) and keeps serving.
     let probe = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     for garbage in [&[0x12u8, 0x34, 0xff][..], &[0u8; 1][..], &[0xffu8; 600][..]] {
