@@ -146,8 +146,8 @@ impl Oracle {
 
         // One batched store call answers every registered grain: its entry if it has one, else
         // the registration of a silo decided now. Deciding before knowing costs a pure decision
-        // (about a microsecond, tallied on a scratch copy) for grains that exist, and spares new
-        // grains a second trip through the oracle. Webhook grains only look up here: their
+        // (about a microsecond; tallied, and taken back below) for grains that exist, and spares
+        // new grains a second trip through the oracle. Webhook grains only look up here: their
         // endpoint is asked only for grains that need placing.
         let view = ClusterView {
             now: self.clock.now_ms(),
