@@ -513,42 +513,63 @@ pub(super) async fn lookup_batch(
     Ok(answers)
 }
 
-/// One batched registration: a store call per cluster. A grain queued twice (two concurrent
-/// placements of one new grain) is registered once; the later call gets the first one's activation
-/// as an existing one, exactly as if it had lost the race in the database.
+/// One batched registration: a store call per cluster.
 pub(super) async fn register_batch(
     store: Arc<dyn Store>,
     now: Millis,
     calls: Vec<(ClusterName, NewActivation)>,
 ) -> Result<Vec<Registration>, StoreError> {
-    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
-    for (cluster, positions) in by_cluster(&calls) {
-        let (unique, duplicates) = first_of_each_grain(&positions, |i| &calls[i].1.grain);
-        let entries: Vec<NewActivation> = unique.iter().map(|&i| calls[i].1.clone()).collect();
-        let registrations = store
-            .register(cluster, &entries, now)
-            .await
-            .inspect_err(|_| metric::store_error("register"))?;
-        fan_out(&mut answers, &unique, registrations, &duplicates);
-    }
-    Ok(answers)
+    once_per_grain(
+        &calls,
+        |e| &e.grain,
+        "register",
+        |cluster, entries| {
+            let store = store.clone();
+            async move { store.register(&cluster, &entries, now).await }
+        },
+    )
+    .await
 }
 
-/// One batched lookup-or-register: a store call per cluster, with the same handling of a grain
-/// queued twice as [`register_batch`].
+/// One batched lookup-or-register: a store call per cluster.
 pub(super) async fn propose_batch(
     store: Arc<dyn Store>,
     now: Millis,
     calls: Vec<(ClusterName, Proposal)>,
 ) -> Result<Vec<Registration>, StoreError> {
+    once_per_grain(
+        &calls,
+        |p| &p.grain,
+        "lookup_or_register",
+        |cluster, proposals| {
+            let store = store.clone();
+            async move { store.lookup_or_register(&cluster, &proposals, now).await }
+        },
+    )
+    .await
+}
+
+/// Runs `run` once per cluster in the batch with each grain queued only once. A grain queued twice
+/// (two concurrent placements of one new grain) goes to the store once; the later call gets the
+/// first one's activation as an existing one, exactly as if it had lost the race in the database.
+async fn once_per_grain<T, F, Fut>(
+    calls: &[(ClusterName, T)],
+    grain_of: impl Fn(&T) -> &GrainId,
+    operation: &'static str,
+    run: F,
+) -> Result<Vec<Registration>, StoreError>
+where
+    T: Clone,
+    F: Fn(ClusterName, Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Registration>, StoreError>>,
+{
     let mut answers = vec![Registration::SiloUnavailable; calls.len()];
-    for (cluster, positions) in by_cluster(&calls) {
-        let (unique, duplicates) = first_of_each_grain(&positions, |i| &calls[i].1.grain);
-        let proposals: Vec<Proposal> = unique.iter().map(|&i| calls[i].1.clone()).collect();
-        let outcomes = store
-            .lookup_or_register(cluster, &proposals, now)
+    for (cluster, positions) in by_cluster(calls) {
+        let (unique, duplicates) = first_of_each_grain(&positions, |i| grain_of(&calls[i].1));
+        let entries: Vec<T> = unique.iter().map(|&i| calls[i].1.clone()).collect();
+        let outcomes = run(cluster.clone(), entries)
             .await
-            .inspect_err(|_| metric::store_error("lookup_or_register"))?;
+            .inspect_err(|_| metric::store_error(operation))?;
         fan_out(&mut answers, &unique, outcomes, &duplicates);
     }
     Ok(answers)
