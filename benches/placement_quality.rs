@@ -56,8 +56,7 @@ fn silo(i: usize) -> SiloRecord {
 
 fn view(n: usize) -> ClusterView {
     ClusterView {
-        now: 1,
-        silo_ttl_ms: 10_000,
+        liveness: placement_oracle::cluster::Liveness::at(1, 10_000),
         silos: std::sync::Arc::new((0..n).map(silo).collect()),
     }
 }

@@ -1,8 +1,9 @@
 //! Time as the oracle sees it.
 //!
-//! Every decision that depends on time (silo liveness, heartbeat stamps, activation ages) reads an
-//! injected [`Clock`], never the caller's timestamps and never `SystemTime` directly, so tests can
-//! move time exactly and replicas agree as far as their host clocks do.
+//! What is stored and judged across replicas (heartbeat stamps, silo liveness, activation ages)
+//! uses the store's time: the database's clock for Postgres (so replicas with skewed clocks agree),
+//! or an injected [`Clock`] for the embedded store and for tests. A replica's own clock only
+//! measures its own durations. Never the caller's timestamps, never `SystemTime` directly.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -46,5 +47,30 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> Millis {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A clock that never goes backwards: the wall clock's reading when it was made, plus the time
+/// elapsed since on the monotonic clock. For measuring durations on one replica (how long the
+/// store has been reachable) where a wall-clock step must not count as time passing.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    started_ms: Millis,
+    started: std::time::Instant,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self {
+            started_ms: SystemClock.now_ms(),
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> Millis {
+        let elapsed = Millis::try_from(self.started.elapsed().as_millis()).unwrap_or(Millis::MAX);
+        self.started_ms.saturating_add(elapsed)
     }
 }

@@ -65,6 +65,35 @@ pub struct Config {
     #[arg(long, env = "ORACLE_DB_POOL_SIZE", default_value_t = 16, global = true)]
     pub db_pool_size: u32,
 
+    /// Longest wait (ms) for a Postgres connection. Kept well under the request timeout so that an
+    /// unreachable database is answered as such (503 `store-unavailable`), and then at once.
+    #[arg(
+        long,
+        env = "ORACLE_DB_ACQUIRE_TIMEOUT_MS",
+        default_value_t = 500,
+        global = true
+    )]
+    pub db_acquire_timeout_ms: u64,
+
+    /// Most clusters the oracle holds; creating another is refused (409).
+    #[arg(
+        long,
+        env = "ORACLE_MAX_CLUSTERS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_clusters: u64,
+
+    /// Most silos that are not dead in one cluster; a new silo beyond it is refused (429) until
+    /// one leaves or dies.
+    #[arg(
+        long,
+        env = "ORACLE_MAX_SILOS_PER_CLUSTER",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub max_silos_per_cluster: u64,
+
     /// Longest time (ms) a request may take before it is answered with 503.
     #[arg(
         long,
@@ -128,6 +157,19 @@ impl Config {
             "ORACLE_REQUEST_TIMEOUT_MS must be from 1 to 600000 (ten minutes)",
         );
         check(
+            (10..=60_000).contains(&self.db_acquire_timeout_ms)
+                && self.db_acquire_timeout_ms < self.request_timeout_ms,
+            "ORACLE_DB_ACQUIRE_TIMEOUT_MS must be from 10 to 60000 and less than ORACLE_REQUEST_TIMEOUT_MS",
+        );
+        check(
+            (1..=1_000_000).contains(&self.max_clusters),
+            "ORACLE_MAX_CLUSTERS must be from 1 to 1000000",
+        );
+        check(
+            (1..=100_000).contains(&self.max_silos_per_cluster),
+            "ORACLE_MAX_SILOS_PER_CLUSTER must be from 1 to 100000",
+        );
+        check(
             (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
             "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
         );
@@ -164,6 +206,19 @@ impl Config {
         crate::clock::Millis::try_from(self.silo_ttl_ms).unwrap_or(crate::clock::Millis::MAX)
     }
 
+    /// What the store is told: the TTL new clusters start with, and the limits.
+    pub fn store_settings(&self) -> crate::store::StoreSettings {
+        crate::store::StoreSettings {
+            default_silo_ttl_ms: self.silo_ttl(),
+            max_clusters: self.max_clusters,
+            max_silos_per_cluster: self.max_silos_per_cluster,
+        }
+    }
+
+    pub fn db_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+
     /// The database URL with any password replaced, for logs.
     pub fn database_url_redacted(&self) -> Option<String> {
         self.database_url.as_deref().map(redact_url)
@@ -183,6 +238,9 @@ impl fmt::Debug for Config {
             .field("database_url", &self.database_url_redacted())
             .field("silo_ttl_ms", &self.silo_ttl_ms)
             .field("db_pool_size", &self.db_pool_size)
+            .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
+            .field("max_clusters", &self.max_clusters)
+            .field("max_silos_per_cluster", &self.max_silos_per_cluster)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("log_format", &self.log_format)

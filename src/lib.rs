@@ -53,14 +53,19 @@ use crate::store::Store;
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     match &config.database_url {
         Some(url) => {
-            let store = PostgresStore::connect(url, config.db_pool_size, config.silo_ttl())
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot connect to Postgres at {}: {e}",
-                        config.database_url_redacted().unwrap_or_default()
-                    )
-                })?;
+            let store = PostgresStore::connect(
+                url,
+                config.db_pool_size,
+                config.db_acquire_timeout(),
+                config.store_settings(),
+            )
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot connect to Postgres at {}: {e}",
+                    config.database_url_redacted().unwrap_or_default()
+                )
+            })?;
             store.migrate().await?;
             tracing::info!(database = %config.database_url_redacted().unwrap_or_default(), "using the Postgres store; migrations applied");
             Ok(Arc::new(store))
@@ -70,7 +75,10 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                 "DATABASE_URL is not set: using the embedded in-memory store. State is lost when the \
                  process exits and replicas cannot share it; set DATABASE_URL for production"
             );
-            Ok(Arc::new(MemoryStore::new(config.silo_ttl())))
+            Ok(Arc::new(MemoryStore::new(
+                config.store_settings(),
+                Arc::new(SystemClock),
+            )))
         }
     }
 }
@@ -83,7 +91,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let oracle = Arc::new(Oracle::new(store, Arc::new(SystemClock), config.rng_seed));
+    let oracle = Arc::new(Oracle::new(store, config.rng_seed));
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),

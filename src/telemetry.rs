@@ -98,7 +98,7 @@ pub mod metric {
             DIRECTORY_ENTRIES,
             "Grain directory entries, all clusters, as of the last gauge refresh (every 10 s)"
         );
-        describe_counter!(CONNECTIONS, "Connection answers by pool, rule and node");
+        describe_counter!(CONNECTIONS, "Connection answers by rule");
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_histogram!(
             DECISION_DURATION,
@@ -147,9 +147,10 @@ pub mod metric {
 
     /// One connection answer, by pool, rule and node (pools and their members are few and named
     /// by operators, so these labels stay bounded).
-    pub fn connection(pool: &str, rule: &'static str, silo: &str) {
-        counter!(CONNECTIONS, "pool" => pool.to_owned(), "rule" => rule, "silo" => silo.to_owned())
-            .increment(1);
+    /// By rule only: pool names and silo ids are chosen by callers, so labels carrying them would
+    /// let any caller mint unbounded series (silo ids change with every restart).
+    pub fn connection(rule: &'static str) {
+        counter!(CONNECTIONS, "rule" => rule).increment(1);
     }
 
     pub fn store_error(operation: &'static str) {

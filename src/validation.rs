@@ -122,3 +122,58 @@ mod tests {
         );
     }
 }
+
+/// Most unknown fields [`from_stored_json`] drops from one document.
+const MAX_UNKNOWN_STORED_FIELDS: usize = 256;
+
+/// Decodes a document this service stored, perhaps written by a newer version with fields this
+/// one does not know. Those are ignored (and stay in the database untouched); a request with an
+/// unknown field is still refused by the HTTP layer. The types refuse unknown fields, so each one
+/// is found by its error's path, dropped from this copy, and decoding goes on.
+pub fn from_stored_json<T: serde::de::DeserializeOwned>(
+    mut value: serde_json::Value,
+) -> Result<T, String> {
+    for _ in 0..=MAX_UNKNOWN_STORED_FIELDS {
+        match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(decoded) => return Ok(decoded),
+            Err(error) => {
+                let unknown = error.inner().to_string().starts_with("unknown field");
+                if !unknown || !remove_at(&mut value, error.path()) {
+                    return Err(error.to_string());
+                }
+            }
+        }
+    }
+    Err(format!(
+        "more than {MAX_UNKNOWN_STORED_FIELDS} unknown fields"
+    ))
+}
+
+/// Removes the object member `path` points at; `false` when the path does not lead to one.
+fn remove_at(value: &mut serde_json::Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let Some((Segment::Map { key: last }, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        at = match (segment, at) {
+            (Segment::Map { key }, serde_json::Value::Object(map)) => match map.get_mut(key) {
+                Some(next) => next,
+                None => return false,
+            },
+            (Segment::Seq { index }, serde_json::Value::Array(items)) => {
+                match items.get_mut(*index) {
+                    Some(next) => next,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+    }
+    match at {
+        serde_json::Value::Object(map) => map.remove(last).is_some(),
+        _ => false,
+    }
+}

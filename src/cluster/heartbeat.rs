@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::names::SiloId;
-use super::silo::{LoadReport, SiloProfile, SiloRecord, SiloStatus, Smoothing};
+use super::silo::{Liveness, LoadReport, SiloProfile, SiloRecord, SiloStatus, Smoothing};
 use crate::clock::Millis;
 
 /// A validated heartbeat.
@@ -29,6 +29,14 @@ pub enum HeartbeatRejection {
         last_heartbeat_ms: Millis,
         silo_ttl_ms: Millis,
     },
+    /// The id is not newer than an incarnation that died at the same address (dead is final for a
+    /// silo id for ever, also after the dead silo's listing is forgotten).
+    #[error("silo {silo} is not newer than generation {dead_generation}, which was declared dead at address {address}: a silo that died cannot come back under its id or an older one; rejoin under a newer generation")]
+    Retired {
+        silo: String,
+        address: String,
+        dead_generation: i64,
+    },
     /// Lifecycles only move forward: joining → active → shutting_down.
     #[error("silo {silo} cannot go from {from} back to {to}: a silo's status only moves forward (joining → active → shutting_down)")]
     StatusRegression {
@@ -47,22 +55,23 @@ fn lifecycle_rank(status: SiloStatus) -> u8 {
     }
 }
 
-/// The silo's record after this heartbeat, stamped with the oracle's `now`.
+/// The silo's record after this heartbeat, stamped with the store's clock (`liveness.now`). The
+/// stamp never moves backwards, even if that clock does.
 pub fn apply(
     heartbeat: &Heartbeat,
     previous: Option<&SiloRecord>,
-    now: Millis,
-    silo_ttl_ms: Millis,
+    liveness: &Liveness,
 ) -> Result<SiloRecord, HeartbeatRejection> {
-    let (mut smoothing, first_seen_ms, heartbeat_count) = match previous {
-        None => (Smoothing::default(), now, 1),
+    let now = liveness.now;
+    let (mut smoothing, first_seen_ms, heartbeat_count, stamp) = match previous {
+        None => (Smoothing::default(), now, 1, now),
         Some(previous) => {
-            let current = previous.status_at(now, silo_ttl_ms);
+            let current = previous.status_at(liveness);
             if current == SiloStatus::Dead {
                 return Err(HeartbeatRejection::DeclaredDead {
                     silo: heartbeat.silo.to_string(),
                     last_heartbeat_ms: previous.last_heartbeat_ms,
-                    silo_ttl_ms,
+                    silo_ttl_ms: liveness.silo_ttl_ms,
                 });
             }
             if lifecycle_rank(heartbeat.status) < lifecycle_rank(current) {
@@ -76,6 +85,7 @@ pub fn apply(
                 previous.profile.smoothing.clone(),
                 previous.profile.first_seen_ms,
                 previous.heartbeat_count + 1,
+                now.max(previous.last_heartbeat_ms),
             )
         }
     };
@@ -83,7 +93,7 @@ pub fn apply(
     Ok(SiloRecord {
         id: heartbeat.silo.clone(),
         status: heartbeat.status,
-        last_heartbeat_ms: now,
+        last_heartbeat_ms: stamp,
         heartbeat_count,
         profile: SiloProfile {
             address: heartbeat.address.clone(),
@@ -100,6 +110,10 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(now: Millis) -> Liveness {
+        Liveness::at(now, 10_000)
+    }
 
     fn heartbeat(status: SiloStatus, cpu: f64) -> Heartbeat {
         Heartbeat {
@@ -118,13 +132,12 @@ mod tests {
 
     #[test]
     fn heartbeats_are_stamped_with_the_oracle_clock_and_smoothed_across_calls() {
-        let first = apply(&heartbeat(SiloStatus::Active, 50.0), None, 1_000, 10_000).unwrap();
+        let first = apply(&heartbeat(SiloStatus::Active, 50.0), None, &at(1_000)).unwrap();
         assert_eq!((first.last_heartbeat_ms, first.heartbeat_count), (1_000, 1));
         let second = apply(
             &heartbeat(SiloStatus::Active, 20.0),
             Some(&first),
-            2_000,
-            10_000,
+            &at(2_000),
         )
         .unwrap();
         assert_eq!(second.heartbeat_count, 2);
@@ -138,25 +151,31 @@ mod tests {
 
     #[test]
     fn a_silo_past_its_ttl_cannot_come_back_under_the_same_id() {
-        let first = apply(&heartbeat(SiloStatus::Active, 1.0), None, 0, 10_000).unwrap();
+        let first = apply(&heartbeat(SiloStatus::Active, 1.0), None, &at(0)).unwrap();
         let late = apply(
             &heartbeat(SiloStatus::Active, 1.0),
             Some(&first),
-            10_000,
-            10_000,
+            &at(10_000),
         );
         assert!(matches!(late, Err(HeartbeatRejection::DeclaredDead { .. })));
     }
 
     #[test]
-    fn status_only_moves_forward() {
-        let leaving = apply(&heartbeat(SiloStatus::ShuttingDown, 1.0), None, 0, 10_000).unwrap();
-        let back = apply(
+    fn a_clock_that_steps_back_never_moves_the_stamp_back() {
+        let first = apply(&heartbeat(SiloStatus::Active, 1.0), None, &at(5_000)).unwrap();
+        let second = apply(
             &heartbeat(SiloStatus::Active, 1.0),
-            Some(&leaving),
-            1,
-            10_000,
-        );
+            Some(&first),
+            &at(4_000),
+        )
+        .unwrap();
+        assert_eq!(second.last_heartbeat_ms, 5_000);
+    }
+
+    #[test]
+    fn status_only_moves_forward() {
+        let leaving = apply(&heartbeat(SiloStatus::ShuttingDown, 1.0), None, &at(0)).unwrap();
+        let back = apply(&heartbeat(SiloStatus::Active, 1.0), Some(&leaving), &at(1));
         assert!(matches!(
             back,
             Err(HeartbeatRejection::StatusRegression { .. })

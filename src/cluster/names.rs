@@ -86,6 +86,20 @@ impl SiloId {
         &self.0
     }
 
+    /// Which incarnation of which silo this id names: `address@generation` with a numeric
+    /// generation gives `(address, generation)`; any other id is its own address with generation 0.
+    /// A dead incarnation retires every id at its address whose generation is not greater.
+    pub fn incarnation(&self) -> (&str, i64) {
+        match self.0.rsplit_once('@') {
+            Some((address, generation))
+                if !generation.is_empty() && generation.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                (address, generation.parse().unwrap_or(i64::MAX))
+            }
+            _ => (&self.0, 0),
+        }
+    }
+
     /// The address part of an `address@generation` id: what clients reach when no address is given.
     pub fn default_address(&self) -> &str {
         self.0
@@ -168,6 +182,20 @@ impl fmt::Display for GrainId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_incarnation_is_the_address_and_numeric_generation_else_the_whole_id() {
+        let id = |s: &str| SiloId::parse("silo", s).unwrap();
+        assert_eq!(
+            id("10.0.0.5:11111@139000").incarnation(),
+            ("10.0.0.5:11111", 139_000)
+        );
+        assert_eq!(id("a@b@7").incarnation(), ("a@b", 7));
+        assert_eq!(id("worker-1").incarnation(), ("worker-1", 0));
+        assert_eq!(id("x@y").incarnation(), ("x@y", 0));
+        assert_eq!(id("x@").incarnation(), ("x@", 0));
+        assert_eq!(id("x@99999999999999999999").incarnation(), ("x", i64::MAX));
+    }
 
     #[test]
     fn cluster_names_follow_the_contract() {

@@ -128,9 +128,9 @@ pub struct SiloRecord {
 }
 
 impl SiloRecord {
-    /// The status at `now`: a silo silent for `silo_ttl_ms` or longer is dead whatever it last said.
-    pub fn status_at(&self, now: Millis, silo_ttl_ms: Millis) -> SiloStatus {
-        if self.status == SiloStatus::Dead || !is_fresh(self.last_heartbeat_ms, now, silo_ttl_ms) {
+    /// The status as `liveness` judges it: a silo silent for the TTL is dead whatever it last said.
+    pub fn status_at(&self, liveness: &Liveness) -> SiloStatus {
+        if self.status == SiloStatus::Dead || !liveness.is_fresh(self.last_heartbeat_ms) {
             SiloStatus::Dead
         } else {
             self.status
@@ -158,9 +158,50 @@ pub fn changes_membership(previous: Option<&SiloRecord>, next: &SiloRecord) -> b
     })
 }
 
-/// The liveness rule, in one place: a heartbeat keeps a silo alive for strictly less than the TTL.
-pub fn is_fresh(last_heartbeat_ms: Millis, now: Millis, silo_ttl_ms: Millis) -> bool {
-    now.saturating_sub(last_heartbeat_ms) < silo_ttl_ms
+/// Everything that decides whether a silo is alive, read at one instant from the store: its clock
+/// (the database's, the same for every replica), the cluster's TTL, and how long the replica asking
+/// has been able to reach the store without interruption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// The store's clock, ms since the Unix epoch.
+    pub now: Millis,
+    pub silo_ttl_ms: Millis,
+    /// While the store is unreachable no heartbeat can be stored, so that time is not a silo's
+    /// silence: nobody dies of silence until the store has been reachable for a whole TTL.
+    pub store_reachable_for_ms: Millis,
+}
+
+impl Liveness {
+    /// A judge with no outage to forgive (the embedded store, which cannot be unreachable).
+    pub fn at(now: Millis, silo_ttl_ms: Millis) -> Self {
+        Self {
+            now,
+            silo_ttl_ms,
+            store_reachable_for_ms: Millis::MAX,
+        }
+    }
+
+    /// The liveness rule, in one place (the SQL function `silo_is_live` mirrors it): a heartbeat
+    /// keeps a silo alive for strictly less than the TTL, and the TTL only counts time during which
+    /// the store was reachable.
+    pub fn is_fresh(&self, last_heartbeat_ms: Millis) -> bool {
+        self.silent_for(last_heartbeat_ms) < self.silo_ttl_ms
+            || self.store_reachable_for_ms < self.silo_ttl_ms
+    }
+
+    /// How long since the heartbeat, never negative.
+    pub fn silent_for(&self, last_heartbeat_ms: Millis) -> Millis {
+        self.now.saturating_sub(last_heartbeat_ms).max(0)
+    }
+
+    /// The same judge `elapsed_ms` later (a cached read used a moment after it was made).
+    pub fn later_by(self, elapsed_ms: Millis) -> Self {
+        Self {
+            now: self.now.saturating_add(elapsed_ms),
+            store_reachable_for_ms: self.store_reachable_for_ms.saturating_add(elapsed_ms),
+            ..self
+        }
+    }
 }
 
 #[cfg(test)]
@@ -169,8 +210,27 @@ mod tests {
 
     #[test]
     fn a_silo_is_dead_exactly_when_its_ttl_has_passed() {
-        assert!(is_fresh(1_000, 10_999, 10_000));
-        assert!(!is_fresh(1_000, 11_000, 10_000));
+        assert!(Liveness::at(10_999, 10_000).is_fresh(1_000));
+        assert!(!Liveness::at(11_000, 10_000).is_fresh(1_000));
+    }
+
+    #[test]
+    fn time_the_store_was_unreachable_is_not_silence() {
+        let after_outage = Liveness {
+            now: 30_000,
+            silo_ttl_ms: 10_000,
+            store_reachable_for_ms: 9_999,
+        };
+        assert!(
+            after_outage.is_fresh(1_000),
+            "reachable for less than a TTL"
+        );
+        let later = after_outage.later_by(1);
+        assert!(
+            !later.is_fresh(1_000),
+            "reachable for a whole TTL, silent longer"
+        );
+        assert!(later.is_fresh(21_001));
     }
 
     #[test]

@@ -54,9 +54,9 @@ impl From<Activation> for ActivationResponse {
 pub struct DeactivateQuery {
     /// The silo that hosted the activation; the entry is removed only if it is still there.
     pub silo: String,
-    /// The activation's epoch (from its placement); when given, the entry is removed only if it
-    /// is still that activation, so a late or retried deactivation cannot remove a newer one.
-    pub epoch: Option<i64>,
+    /// The activation's epoch (from its placement), required: the entry is removed only if it is
+    /// still that activation, so a late or retried deactivation cannot remove a newer one.
+    pub epoch: i64,
 }
 
 /// Which silo's activations, and where to resume.
@@ -111,9 +111,10 @@ pub async fn get_activation(
 
 /// Deactivate a grain.
 ///
-/// Removes the grain's directory entry only if it is still on `silo`, so a silo can never remove an
-/// activation that has since been placed elsewhere. The grain id may be sent with its '/' as is or
-/// percent-encoded.
+/// Removes the grain's directory entry only if it is still activation `epoch` on `silo`, so a silo
+/// can never remove an activation that has since been placed elsewhere, and a late or retried
+/// deactivation never removes a newer activation. `epoch` is required (the placement answer carries
+/// it). The grain id may be sent with its '/' as is or percent-encoded.
 #[utoipa::path(
     delete,
     path = "/v1/clusters/{cluster}/activations/{*grain}",
@@ -127,7 +128,7 @@ pub async fn get_activation(
         (status = 204, description = "The entry was removed"),
         (status = 404, description = "The grain has no activation", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The grain is now another activation (on another silo, or a newer epoch); nothing was removed", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster, grain or silo", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster, grain or silo, or no epoch", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]

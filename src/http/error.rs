@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use crate::cluster::HeartbeatRejection;
 use crate::oracle::OracleError;
 use crate::placement::PlacementError;
-use crate::store::StoreError;
+use crate::store::{LimitReached, StoreError};
 use crate::validation::{FieldError, Invalid};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -225,17 +225,53 @@ impl From<StoreError> for ApiError {
                 tracing::error!(%error, "store returned unexpected data");
                 Self::internal()
             }
+            StoreError::Limit(limit) => {
+                let detail = limit.to_string();
+                match limit {
+                    LimitReached::Clusters { .. } => Self::new(
+                        StatusCode::CONFLICT,
+                        "cluster-limit-reached",
+                        "No more clusters can be created",
+                        detail,
+                    ),
+                    LimitReached::Silos { retry_after_ms, .. } => Self::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "silo-limit-reached",
+                        "The cluster has as many silos as it may",
+                        detail,
+                    )
+                    .retry_after(
+                        u32::try_from(((retry_after_ms + 999) / 1_000).max(1)).unwrap_or(u32::MAX),
+                    ),
+                }
+            }
+            StoreError::Overloaded => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Too many requests are waiting for the store",
+                "this replica holds as many store calls as it will queue; retry shortly (a retried placement returns whatever an earlier attempt registered)",
+            )
+            .retry_after(1),
+            // Logged once when the circuit opened, not for every request refused meanwhile.
+            StoreError::Unreachable => Self::store_unavailable(),
             StoreError::Database(_) | StoreError::Migration(_) => {
                 tracing::error!(%error, "store unavailable");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store-unavailable",
-                    "The store is unavailable",
-                    "the oracle could not reach its store; retrying is safe (a retried placement returns whatever an earlier attempt registered)",
-                )
-                .retry_after(1)
+                Self::store_unavailable()
             }
         }
+    }
+}
+
+impl ApiError {
+    /// The one answer for a store that cannot serve: 503 `store-unavailable`, retry in a second.
+    fn store_unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "The store is unavailable",
+            "the oracle could not reach its store; retrying is safe (a retried placement returns whatever an earlier attempt registered)",
+        )
+        .retry_after(1)
     }
 }
 
@@ -260,7 +296,9 @@ impl From<OracleError> for ApiError {
                 "The activation is on another silo",
                 detail,
             ),
-            OracleError::HeartbeatRejected(HeartbeatRejection::DeclaredDead { .. }) => Self::new(
+            OracleError::HeartbeatRejected(
+                HeartbeatRejection::DeclaredDead { .. } | HeartbeatRejection::Retired { .. },
+            ) => Self::new(
                 StatusCode::CONFLICT,
                 "silo-declared-dead",
                 "This silo incarnation was declared dead",

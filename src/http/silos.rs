@@ -4,14 +4,15 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::Json;
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, Problem};
-use super::extract::ApiPath;
+use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::cluster::{ClusterName, LoadReport, SiloId, SiloStatus};
 use crate::oracle::SiloSnapshot;
+use crate::validation::Invalid;
 
 /// Smoothed load: the dual-mode Kalman filter's output over the silo's heartbeats.
 #[derive(Debug, Serialize, ToSchema)]
@@ -43,10 +44,11 @@ pub struct SiloResponse {
     /// The last heartbeat's figures, as sent.
     pub load: LoadReport,
     pub smoothed: SmoothedLoad,
-    /// Milliseconds since the last heartbeat, on the oracle's clock.
+    /// Milliseconds since the last heartbeat, on the store's clock.
     #[schema(example = 850)]
     pub last_heartbeat_age_ms: i64,
-    /// When the last heartbeat arrived, ms since the Unix epoch (oracle clock).
+    /// When the last heartbeat arrived, ms since the Unix epoch (the store's clock: the database's,
+    /// the same for every replica).
     pub last_heartbeat_at_ms: i64,
     /// When the oracle first heard from this silo, ms since the Unix epoch.
     pub first_seen_at_ms: i64,
@@ -78,56 +80,88 @@ impl From<&SiloSnapshot> for SiloResponse {
                     .zip(smoothed_memory)
                     .map(|(max, used)| max.saturating_sub(used)),
             },
-            // Replicas' clocks may differ slightly; an age is never negative.
-            last_heartbeat_age_ms: (snapshot.now - record.last_heartbeat_ms).max(0),
+            last_heartbeat_age_ms: snapshot.liveness.silent_for(record.last_heartbeat_ms),
             last_heartbeat_at_ms: record.last_heartbeat_ms,
             first_seen_at_ms: profile.first_seen_ms,
             heartbeat_count: record.heartbeat_count,
-            silo_ttl_ms: snapshot.silo_ttl_ms,
+            silo_ttl_ms: snapshot.liveness.silo_ttl_ms,
         }
     }
 }
 
-/// A cluster's membership.
+/// One page of a cluster's membership.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SiloListResponse {
     pub cluster: String,
-    /// Every known silo, ordered by id; dead ones stay listed for an hour.
+    /// Silos ordered by id; dead ones stay listed for an hour.
     pub silos: Vec<SiloResponse>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Largest page of silos.
+const MAX_PAGE: u32 = 1_000;
+const DEFAULT_PAGE: u32 = 100;
+
+/// Which page of silos.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct SiloListQuery {
+    /// Page size, 1 to 1000 (default 100).
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page (a silo id: the page starts after it).
+    pub cursor: Option<String>,
 }
 
 /// What a graceful leave released.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SiloLeftResponse {
     pub silo: String,
-    /// Directory entries removed with the silo; those grains are placed anew on their next call.
+    /// Directory entries removed with this call; those grains are placed anew on their next call.
     pub released_activations: u64,
+    /// Whether the silo had more entries than one call releases; the rest are released in the
+    /// background within seconds, and none of them is answered as live meanwhile.
+    pub release_pending: bool,
 }
 
 /// List a cluster's silos.
 ///
-/// Every silo with its status now, raw and smoothed load, and heartbeat age.
+/// A page of silos in id order, each with its status now, raw and smoothed load, and heartbeat
+/// age. Follow `next_cursor` for the rest.
 #[utoipa::path(
     get,
     path = "/v1/clusters/{cluster}/silos",
     tag = "membership",
-    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    params(("cluster" = String, Path, description = "Cluster name", example = "prod"), SiloListQuery),
     responses(
-        (status = 200, description = "The cluster's silos", body = SiloListResponse),
+        (status = 200, description = "A page of the cluster's silos", body = SiloListResponse),
         (status = 404, description = "No such cluster (it has never sent a heartbeat)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name, limit or cursor", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_silos(
     State(state): State<AppState>,
     ApiPath(cluster): ApiPath<String>,
+    ApiQuery(query): ApiQuery<SiloListQuery>,
 ) -> Result<Json<SiloListResponse>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
-    let silos = state.oracle.silos(&cluster).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Invalid::one("limit", format!("must be from 1 to {MAX_PAGE}")).into());
+    }
+    let cursor = query
+        .cursor
+        .as_deref()
+        .map(|cursor| SiloId::parse("cursor", cursor))
+        .transpose()?;
+    let listing = state.oracle.silos(&cluster, cursor.as_ref(), limit).await?;
     Ok(Json(SiloListResponse {
         cluster: cluster.to_string(),
-        silos: silos.iter().map(SiloResponse::from).collect(),
+        silos: listing.silos.iter().map(SiloResponse::from).collect(),
+        next_cursor: listing.next_cursor,
     }))
 }
 
@@ -160,7 +194,8 @@ pub async fn get_silo(
 /// Leave the cluster gracefully.
 ///
 /// Marks the silo dead at once and releases its activations, so their grains are placed anew on
-/// their next call. The id is spent (it cannot heartbeat again; rejoin under a new generation) and
+/// their next call (a silo with more than 5,000 has the rest released in the background within
+/// seconds; `release_pending` says so, and none of them is answered as live meanwhile). The id is spent (it cannot heartbeat again; rejoin under a new generation) and
 /// stays listed as dead for an hour. A silo that stops without calling this is declared dead after
 /// `silo_ttl_ms` instead.
 #[utoipa::path(
@@ -184,9 +219,10 @@ pub async fn delete_silo(
 ) -> Result<Json<SiloLeftResponse>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &silo)?;
-    let released_activations = state.oracle.leave(&cluster, &silo).await?;
+    let departure = state.oracle.leave(&cluster, &silo).await?;
     Ok(Json(SiloLeftResponse {
         silo: silo.to_string(),
-        released_activations,
+        released_activations: departure.released,
+        release_pending: departure.release_pending,
     }))
 }

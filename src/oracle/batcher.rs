@@ -9,6 +9,11 @@
 //!
 //! Correctness is untouched: every call is still answered by the store, by a query that starts
 //! after the call was made, so no answer is older than the request that asked for it.
+//!
+//! Bounded: at most `max_queued` calls wait; one more is refused at once with
+//! [`StoreError::Overloaded`] (503 with Retry-After) rather than queueing without limit while the
+//! store is slow. A call whose caller went away (its request timed out or the client hung up) is
+//! dropped from its batch instead of being run for nobody.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,18 +26,19 @@ type Reply<O> = oneshot::Sender<Result<O, StoreError>>;
 
 /// A queue in front of one batched store operation taking `I`s and answering one `O` each.
 pub struct Batcher<I, O> {
-    queue: mpsc::UnboundedSender<(I, Reply<O>)>,
+    queue: mpsc::Sender<(I, Reply<O>)>,
 }
 
 impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     /// Starts the batching task. `run` gets up to `max_batch` inputs and must answer one output per
-    /// input, in order; at most `max_in_flight` runs overlap. The task ends with the batcher.
-    pub fn spawn<F, Fut>(max_batch: usize, max_in_flight: usize, run: F) -> Self
+    /// input, in order; at most `max_in_flight` runs overlap and at most `max_queued` calls wait.
+    /// The task ends with the batcher.
+    pub fn spawn<F, Fut>(max_batch: usize, max_in_flight: usize, max_queued: usize, run: F) -> Self
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<O>, StoreError>> + Send + 'static,
     {
-        let (queue, mut incoming) = mpsc::unbounded_channel::<(I, Reply<O>)>();
+        let (queue, mut incoming) = mpsc::channel::<(I, Reply<O>)>(max_queued);
         let run = Arc::new(run);
         let slots = Arc::new(Semaphore::new(max_in_flight));
         tokio::spawn(async move {
@@ -40,14 +46,18 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let Some(first) = incoming.recv().await else {
-                    return;
-                };
-                let mut batch = vec![first];
-                while batch.len() < max_batch {
-                    match incoming.try_recv() {
-                        Ok(job) => batch.push(job),
-                        Err(_) => break,
+                let mut batch = Vec::new();
+                while batch.is_empty() {
+                    let Some(first) = incoming.recv().await else {
+                        return;
+                    };
+                    batch.extend(Some(first).filter(|(_, reply)| !reply.is_closed()));
+                    while batch.len() < max_batch {
+                        match incoming.try_recv() {
+                            Ok(job) if job.1.is_closed() => {}
+                            Ok(job) => batch.push(job),
+                            Err(_) => break,
+                        }
                     }
                 }
                 let run = run.clone();
@@ -86,8 +96,13 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         for input in inputs {
             let (reply, answer) = oneshot::channel();
             self.queue
-                .send((input, reply))
-                .map_err(|_| StoreError::Corrupt("the batching task has stopped".into()))?;
+                .try_send((input, reply))
+                .map_err(|error| match error {
+                    mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
+                    mpsc::error::TrySendError::Closed(_) => {
+                        StoreError::Corrupt("the batching task has stopped".into())
+                    }
+                })?;
             answers.push(answer);
         }
         let mut outputs = Vec::with_capacity(answers.len());
@@ -111,7 +126,7 @@ mod tests {
     async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = runs.clone();
-        let batcher = Arc::new(Batcher::spawn(64, 1, move |inputs: Vec<u32>| {
+        let batcher = Arc::new(Batcher::spawn(64, 1, 1_000, move |inputs: Vec<u32>| {
             counted.fetch_add(1, Ordering::SeqCst);
             async move {
                 tokio::task::yield_now().await;
@@ -133,8 +148,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_abandoned_calls_are_never_run() {
+        let (release, released) = tokio::sync::watch::channel(false);
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = ran.clone();
+        let batcher = Arc::new(Batcher::spawn(1, 1, 2, move |inputs: Vec<u32>| {
+            seen.lock().unwrap().extend(inputs.iter().copied());
+            let mut released = released.clone();
+            async move {
+                let _ = released.wait_for(|go| *go).await;
+                Ok(inputs)
+            }
+        }));
+        // Call 0 runs and blocks the only slot; calls 1 and 2 fill the queue of two.
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.call(0).await }
+        });
+        while ran.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let abandoned = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.call(1).await }
+        });
+        let waiting = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.call(2).await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(matches!(batcher.call(3).await, Err(StoreError::Overloaded)));
+
+        abandoned.abort();
+        let _ = abandoned.await;
+        release.send(true).unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), 0);
+        assert_eq!(waiting.await.unwrap().unwrap(), 2);
+        assert_eq!(
+            *ran.lock().unwrap(),
+            vec![0, 2],
+            "the abandoned call was not run"
+        );
+    }
+
+    #[tokio::test]
     async fn a_failed_batch_fails_every_call_in_it() {
-        let batcher = Batcher::spawn(8, 1, |_inputs: Vec<u32>| async {
+        let batcher = Batcher::spawn(8, 1, 8, |_inputs: Vec<u32>| async {
             Err::<Vec<u32>, _>(StoreError::Contended(1))
         });
         assert!(matches!(

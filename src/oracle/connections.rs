@@ -10,6 +10,9 @@ use crate::placement::ClusterView;
 use crate::telemetry::metric;
 
 /// Per-replica state of every pool's rule (samples, kept decisions, connections handed out).
+/// Most pools whose rule state (sampling windows, kept decisions) this replica keeps.
+const MAX_POOL_STATES: usize = 4_096;
+
 pub(super) type PoolStates = Mutex<HashMap<(ClusterName, PoolName), PoolState>>;
 
 /// The node a client should connect to.
@@ -44,7 +47,7 @@ impl Oracle {
         pool: &Pool,
     ) -> Result<(), OracleError> {
         self.store
-            .put_pool(cluster, name, pool, self.clock.now_ms())
+            .put_pool(cluster, name, pool)
             .await
             .inspect_err(|_| metric::store_error("put_pool"))?;
         // A changed rule starts from a clean slate on this replica.
@@ -78,8 +81,7 @@ impl Oracle {
         let pool = self.pool(cluster, name).await?;
         let membership = self.read_membership(cluster).await?;
         let view = ClusterView {
-            now: self.clock.now_ms(),
-            silo_ttl_ms: membership.silo_ttl_ms,
+            liveness: membership.liveness,
             silos: membership.silos,
         };
         let mut available = pool.available(&view);
@@ -108,13 +110,20 @@ impl Oracle {
         let nodes: Vec<Node<'_>> = available.iter().map(|&silo| Node { silo }).collect();
         let choice = {
             let mut states = self.pool_states();
-            let state = states.entry((cluster.clone(), name.clone())).or_default();
+            let key = (cluster.clone(), name.clone());
+            if states.len() >= MAX_POOL_STATES && !states.contains_key(&key) {
+                // Bounded: a pool not asked for a while starts its windows afresh.
+                if let Some(oldest) = states.keys().next().cloned() {
+                    states.remove(&oldest);
+                }
+            }
+            let state = states.entry(key).or_default();
             connect::choose(
                 pool.rule,
                 pool.burst_aware,
                 &nodes,
                 state,
-                view.now,
+                view.now(),
                 counter,
             )
         }
@@ -125,7 +134,7 @@ impl Oracle {
             .iter()
             .find(|s| s.id == choice.silo)
             .expect("the rule chose among the available nodes");
-        metric::connection(name.as_str(), rule_name(pool.rule), choice.silo.as_str());
+        metric::connection(rule_name(pool.rule));
         Ok(Connection {
             silo: choice.silo.to_string(),
             address: chosen.profile.address.clone(),

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Oracle, OracleError};
-use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
 use crate::placement::policy::Policy;
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
@@ -150,8 +149,7 @@ impl Oracle {
         // new grains a second trip through the oracle. Webhook grains only look up here: their
         // endpoint is asked only for grains that need placing.
         let view = ClusterView {
-            now: self.clock.now_ms(),
-            silo_ttl_ms: membership.silo_ttl_ms,
+            liveness: membership.liveness,
             silos: membership.silos.clone(),
         };
         let proposing: Vec<usize> = registered
@@ -244,8 +242,7 @@ impl Oracle {
             let fresh = round > 0 || stale_view;
             let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
             let view = ClusterView {
-                now: self.clock.now_ms(),
-                silo_ttl_ms: membership.silo_ttl_ms,
+                liveness: membership.liveness,
                 silos: membership.silos.clone(),
             };
 
@@ -389,6 +386,7 @@ impl Oracle {
             webhook_choices,
         } = round;
         self.with_rng_and_deltas(cluster, |rng, deltas| {
+            deltas.retain_silos(view);
             pending
                 .iter()
                 .map(|&i| {
@@ -429,15 +427,15 @@ impl Oracle {
             .ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
 
-    /// Removes the grain's activation, but only if it is still on `silo` (and is activation
-    /// `epoch`, when given): a silo must never remove an activation that has since been placed
-    /// elsewhere, nor — when a late or retried deactivation arrives — a newer one on itself.
+    /// Removes the grain's activation, but only if it is still activation `epoch` on `silo`: a
+    /// silo must never remove an activation that has since been placed elsewhere, nor — when a late
+    /// or retried deactivation arrives — a newer one on itself.
     pub async fn deactivate(
         &self,
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
-        epoch: Option<i64>,
+        epoch: i64,
     ) -> Result<(), OracleError> {
         let removed = self
             .store
@@ -489,17 +487,16 @@ fn by_cluster<T>(calls: &[(ClusterName, T)]) -> HashMap<&ClusterName, Vec<usize>
     groups
 }
 
-/// One batched lookup: a store call per cluster in the batch, liveness judged at `now`.
+/// One batched lookup: a store call per cluster in the batch.
 pub(super) async fn lookup_batch(
     store: Arc<dyn Store>,
-    now: Millis,
     calls: Vec<(ClusterName, GrainId)>,
 ) -> Result<Vec<Option<Located>>, StoreError> {
     let mut answers = vec![None; calls.len()];
     for (cluster, positions) in by_cluster(&calls) {
         let grains: Vec<GrainId> = positions.iter().map(|&i| calls[i].1.clone()).collect();
         let found: HashMap<String, Located> = store
-            .lookup(cluster, &grains, now)
+            .lookup(cluster, &grains)
             .await
             .inspect_err(|_| metric::store_error("lookup"))?
             .into_iter()
@@ -516,7 +513,6 @@ pub(super) async fn lookup_batch(
 /// One batched registration: a store call per cluster.
 pub(super) async fn register_batch(
     store: Arc<dyn Store>,
-    now: Millis,
     calls: Vec<(ClusterName, NewActivation)>,
 ) -> Result<Vec<Registration>, StoreError> {
     once_per_grain(
@@ -525,7 +521,7 @@ pub(super) async fn register_batch(
         "register",
         |cluster, entries| {
             let store = store.clone();
-            async move { store.register(&cluster, &entries, now).await }
+            async move { store.register(&cluster, &entries).await }
         },
     )
     .await
@@ -534,7 +530,6 @@ pub(super) async fn register_batch(
 /// One batched lookup-or-register: a store call per cluster.
 pub(super) async fn propose_batch(
     store: Arc<dyn Store>,
-    now: Millis,
     calls: Vec<(ClusterName, Proposal)>,
 ) -> Result<Vec<Registration>, StoreError> {
     once_per_grain(
@@ -543,7 +538,7 @@ pub(super) async fn propose_batch(
         "lookup_or_register",
         |cluster, proposals| {
             let store = store.clone();
-            async move { store.lookup_or_register(&cluster, &proposals, now).await }
+            async move { store.lookup_or_register(&cluster, &proposals).await }
         },
     )
     .await

@@ -3,57 +3,59 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Oracle, OracleError};
-use crate::clock::Millis;
 use crate::cluster::silo::changes_membership;
-use crate::cluster::{heartbeat, ClusterName, Heartbeat, SiloId, SiloRecord, SiloStatus};
+use crate::cluster::{heartbeat, ClusterName, Heartbeat, Liveness, SiloId, SiloRecord, SiloStatus};
+use crate::store::Departure;
 use crate::telemetry::metric;
 
-/// A silo as seen at one instant: its record, and the clock reading and TTL that give its status.
+/// A silo as seen at one instant: its record, and the judge that gives its status.
 #[derive(Debug, Clone)]
 pub struct SiloSnapshot {
     pub record: SiloRecord,
-    pub now: Millis,
-    pub silo_ttl_ms: Millis,
+    pub liveness: Liveness,
 }
 
 impl SiloSnapshot {
     pub fn status(&self) -> SiloStatus {
-        self.record.status_at(self.now, self.silo_ttl_ms)
+        self.record.status_at(&self.liveness)
     }
 }
 
+/// One page of a cluster's silos.
+#[derive(Debug, Clone)]
+pub struct SiloListing {
+    pub silos: Vec<SiloSnapshot>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
 impl Oracle {
-    /// Records a heartbeat, stamped with the oracle's clock.
+    /// Records a heartbeat, stamped with the store's clock.
     pub async fn heartbeat(
         &self,
         cluster: &ClusterName,
         heartbeat: Heartbeat,
     ) -> Result<SiloSnapshot, OracleError> {
-        let now = self.clock.now_ms();
         let membership_changed = AtomicBool::new(false);
-        let update = |previous: Option<&SiloRecord>, ttl: Millis| {
-            let next = heartbeat::apply(&heartbeat, previous, now, ttl)?;
+        let update = |previous: Option<&SiloRecord>, liveness: &Liveness| {
+            let next = heartbeat::apply(&heartbeat, previous, liveness)?;
             membership_changed.store(changes_membership(previous, &next), Ordering::Relaxed);
             Ok(next)
         };
         let outcome = self
             .store
-            .record_heartbeat(cluster, &heartbeat.silo, now, &update)
+            .record_heartbeat(cluster, &heartbeat.silo, &update)
             .await
             .inspect_err(|_| metric::store_error("record_heartbeat"))?;
         match outcome {
-            Ok((record, silo_ttl_ms)) => {
+            Ok((record, liveness)) => {
                 metric::heartbeat("accepted");
                 // Fresh load figures alone need not reach this replica's next decision at once;
                 // a new silo or a new status must.
                 if membership_changed.load(Ordering::Relaxed) {
                     self.forget_membership(cluster);
                 }
-                Ok(SiloSnapshot {
-                    record,
-                    now,
-                    silo_ttl_ms,
-                })
+                Ok(SiloSnapshot { record, liveness })
             }
             Err(rejection) => {
                 metric::heartbeat("rejected");
@@ -62,19 +64,31 @@ impl Oracle {
         }
     }
 
-    /// Every silo of the cluster, dead ones included until they are forgotten.
-    pub async fn silos(&self, cluster: &ClusterName) -> Result<Vec<SiloSnapshot>, OracleError> {
-        let membership = self.read_membership(cluster).await?;
-        let now = self.clock.now_ms();
-        let silos = std::sync::Arc::unwrap_or_clone(membership.silos);
-        Ok(silos
-            .into_iter()
-            .map(|record| SiloSnapshot {
-                record,
-                now,
-                silo_ttl_ms: membership.silo_ttl_ms,
-            })
-            .collect())
+    /// A page of the cluster's silos in id order, dead ones included until they are forgotten.
+    pub async fn silos(
+        &self,
+        cluster: &ClusterName,
+        cursor: Option<&SiloId>,
+        limit: u32,
+    ) -> Result<SiloListing, OracleError> {
+        let page = self
+            .store
+            .silos(cluster, cursor, limit)
+            .await
+            .inspect_err(|_| metric::store_error("silos"))?
+            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+        let next_cursor = (page.silos.len() == limit as usize)
+            .then(|| page.silos.last().map(|s| s.id.to_string()))
+            .flatten();
+        let liveness = page.liveness;
+        Ok(SiloListing {
+            silos: page
+                .silos
+                .into_iter()
+                .map(|record| SiloSnapshot { record, liveness })
+                .collect(),
+            next_cursor,
+        })
     }
 
     /// One silo.
@@ -83,22 +97,30 @@ impl Oracle {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<SiloSnapshot, OracleError> {
-        self.silos(cluster)
-            .await?
-            .into_iter()
-            .find(|s| &s.record.id == silo)
-            .ok_or_else(|| OracleError::SiloNotFound {
+        match self
+            .store
+            .silo(cluster, silo)
+            .await
+            .inspect_err(|_| metric::store_error("silo"))?
+        {
+            Some((record, liveness)) => Ok(SiloSnapshot { record, liveness }),
+            None => Err(OracleError::SiloNotFound {
                 cluster: cluster.to_string(),
                 silo: silo.to_string(),
-            })
+            }),
+        }
     }
 
     /// A graceful leave: the silo is marked dead (its id cannot rejoin) and its activations are
-    /// released. Returns how many.
-    pub async fn leave(&self, cluster: &ClusterName, silo: &SiloId) -> Result<u64, OracleError> {
-        let released = self
+    /// released — the first chunk at once, the rest by the sweep; none of them is live meanwhile.
+    pub async fn leave(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Departure, OracleError> {
+        let departure = self
             .store
-            .remove_silo(cluster, silo, self.clock.now_ms())
+            .remove_silo(cluster, silo)
             .await
             .inspect_err(|_| metric::store_error("remove_silo"))?
             .ok_or_else(|| OracleError::SiloNotFound {
@@ -106,7 +128,12 @@ impl Oracle {
                 silo: silo.to_string(),
             })?;
         self.forget_membership(cluster);
-        tracing::info!(%cluster, %silo, released, "silo left");
-        Ok(released)
+        tracing::info!(
+            %cluster, %silo,
+            released = departure.released,
+            release_pending = departure.release_pending,
+            "silo left"
+        );
+        Ok(departure)
     }
 }

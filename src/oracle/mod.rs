@@ -19,10 +19,9 @@ use rand_chacha::ChaCha8Rng;
 
 pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
-pub use membership::SiloSnapshot;
+pub use membership::{SiloListing, SiloSnapshot};
 pub use sweeper::run_sweeper;
 
-use crate::clock::Clock;
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::policy::Policy;
 use crate::placement::{LocalDeltas, PlacementError};
@@ -35,6 +34,11 @@ const MAX_BATCH: usize = 1_000;
 /// Batched store calls of one kind in flight at once. Measured on two cores with bench/run.sh:
 /// 2 and 4 do alike, 8 loses a third of the throughput to contention.
 const BATCHES_IN_FLIGHT: usize = 4;
+/// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
+/// with Retry-After) instead of queueing without bound while the store is slow.
+const MAX_QUEUED_CALLS: usize = 20_000;
+/// Most clusters whose membership this replica keeps cached; expired reads are dropped first.
+const MAX_CACHED_MEMBERSHIPS: usize = 1_024;
 /// How long a placement may decide against a membership (and policy) read by an earlier placement. Correctness
 /// does not depend on it: registration re-checks the chosen silo in the same statement that
 /// inserts, and a placement that finds its silo gone decides again on a fresh read. It only bounds
@@ -75,7 +79,6 @@ pub enum OracleError {
 /// The oracle: shared by every request of one process.
 pub struct Oracle {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
     /// One seeded generator for every random decision of this process. Seeded from the OS in
     /// production; with a seed, a given sequence of requests gets the same decisions every run.
     rng: Mutex<ChaCha8Rng>,
@@ -96,33 +99,41 @@ pub struct Oracle {
 
 impl Oracle {
     /// Builds the oracle and starts its batching tasks (so it must be called inside a Tokio
-    /// runtime).
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, seed: Option<u64>) -> Self {
+    /// runtime). Time comes from the store: what it stamps and judges uses the store's clock.
+    pub fn new(store: Arc<dyn Store>, seed: Option<u64>) -> Self {
         let rng = match seed {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_entropy(),
         };
         let lookups = {
-            let (store, clock) = (store.clone(), clock.clone());
-            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
-                directory::lookup_batch(store.clone(), clock.now_ms(), calls)
-            })
+            let store = store.clone();
+            Batcher::spawn(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                MAX_QUEUED_CALLS,
+                move |calls| directory::lookup_batch(store.clone(), calls),
+            )
         };
         let registrations = {
-            let (store, clock) = (store.clone(), clock.clone());
-            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
-                directory::register_batch(store.clone(), clock.now_ms(), calls)
-            })
+            let store = store.clone();
+            Batcher::spawn(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                MAX_QUEUED_CALLS,
+                move |calls| directory::register_batch(store.clone(), calls),
+            )
         };
         let proposals = {
-            let (store, clock) = (store.clone(), clock.clone());
-            Batcher::spawn(MAX_BATCH, BATCHES_IN_FLIGHT, move |calls| {
-                directory::propose_batch(store.clone(), clock.now_ms(), calls)
-            })
+            let store = store.clone();
+            Batcher::spawn(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                MAX_QUEUED_CALLS,
+                move |calls| directory::propose_batch(store.clone(), calls),
+            )
         };
         Self {
             store,
-            clock,
             rng: Mutex::new(rng),
             lookups,
             registrations,
@@ -161,7 +172,8 @@ impl Oracle {
     }
 
     /// Runs `f` with the RNG and the cluster's placement tally, both held for its duration (always
-    /// locked in this order).
+    /// locked in this order). Tallies exist only for clusters that exist (a decision needs a
+    /// membership read), and [`LocalDeltas::retain_silos`] keeps each to the silos of a view.
     fn with_rng_and_deltas<T>(
         &self,
         cluster: &ClusterName,
@@ -195,8 +207,14 @@ impl Oracle {
     ) -> Result<(Arc<Membership>, bool), OracleError> {
         if !fresh {
             if let Some((read_at, membership)) = self.cached_memberships().get(cluster) {
-                if read_at.elapsed() < MEMBERSHIP_MAX_AGE {
-                    return Ok((membership.clone(), true));
+                let age = read_at.elapsed();
+                if age < MEMBERSHIP_MAX_AGE {
+                    // Judged as of now: the store's clock then, plus the time since the read.
+                    let mut membership = Membership::clone(membership);
+                    membership.liveness = membership
+                        .liveness
+                        .later_by(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+                    return Ok((Arc::new(membership), true));
                 }
             }
         }
@@ -205,7 +223,12 @@ impl Oracle {
         let membership = Arc::new(self.read_membership(cluster).await?);
         let mut cache = self.cached_memberships();
         if self.membership_changes.load(Ordering::SeqCst) == changes_before {
-            cache.insert(cluster.clone(), (read_at, membership.clone()));
+            if cache.len() >= MAX_CACHED_MEMBERSHIPS {
+                cache.retain(|_, (at, _)| at.elapsed() < MEMBERSHIP_MAX_AGE);
+            }
+            if cache.len() < MAX_CACHED_MEMBERSHIPS {
+                cache.insert(cluster.clone(), (read_at, membership.clone()));
+            }
         }
         Ok((membership, false))
     }
@@ -244,7 +267,7 @@ impl Oracle {
     ) -> Result<i64, OracleError> {
         let written = self
             .store
-            .put_policy(cluster, policy, expected, self.clock.now_ms())
+            .put_policy(cluster, policy, expected)
             .await
             .inspect_err(|_| metric::store_error("put_policy"))?;
         self.forget_membership(cluster);

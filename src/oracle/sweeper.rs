@@ -1,51 +1,87 @@
-//! The background sweep: declares silent silos dead, releases their activations and refreshes the
-//! membership and directory gauges.
+//! The background sweep: declares silent silos dead, releases dead silos' directory entries in
+//! bounded chunks, refreshes the membership and directory gauges and keeps the metrics recorder's
+//! memory bounded.
 //!
-//! Every replica runs it. The store's sweep is idempotent, so replicas racing on it do no harm, and
-//! correctness never waits for it: lookups and placements judge liveness themselves at request time.
-//! The sweep makes the release visible (listings, metrics) within about a second.
+//! Every replica runs it. The store's steps are idempotent, so replicas racing on them do no harm,
+//! and correctness never waits for them: lookups and placements judge liveness themselves at
+//! request time, and an entry on a dead silo is never live. The sweep makes deaths and releases
+//! visible (listings, metrics) within about a second.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Oracle;
+use crate::store::{StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
 /// How often the sweep runs.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// Every how many sweeps the gauges are refreshed: counting the directory reads every entry, so it
-/// runs every ten seconds rather than every second.
-const SWEEPS_PER_GAUGE_REFRESH: u64 = 10;
+/// Every how many sweeps the gauges are refreshed and the metrics recorder's upkeep runs (it
+/// drains histogram samples that would otherwise pile up while nobody scrapes).
+const SWEEPS_PER_GAUGE_REFRESH: u64 = 5;
+/// Longest time one sweep spends releasing entries before it lets the next tick come (each chunk
+/// is one short statement; a dead silo with 100,000 entries goes in a few seconds).
+const RELEASE_BUDGET: Duration = Duration::from_millis(500);
+/// Most silo ids one death log line names; the rest are counted.
+const IDS_PER_LOG_LINE: usize = 5;
 
 impl Oracle {
     /// One sweep. Returns how many silos it declared dead.
-    pub async fn sweep(&self) -> Result<usize, crate::store::StoreError> {
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
         let reaped = self.declare_dead().await?;
+        self.release_dead().await?;
         self.refresh_gauges().await?;
         Ok(reaped)
     }
 
-    /// Declares silent silos dead and releases their activations.
-    async fn declare_dead(&self) -> Result<usize, crate::store::StoreError> {
+    /// Declares silent silos dead. Logged per cluster, not per silo: a flood of short-lived ids
+    /// dying at once makes one line per cluster, not one per id.
+    async fn declare_dead(&self) -> Result<usize, StoreError> {
         let reaped = self
             .store
-            .reap(self.clock.now_ms())
+            .reap()
             .await
             .inspect_err(|_| metric::store_error("reap"))?;
+        let mut by_cluster: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for silo in &reaped {
+            by_cluster
+                .entry(&silo.cluster)
+                .or_default()
+                .push(&silo.silo);
+        }
+        for (cluster, silos) in by_cluster {
             tracing::warn!(
-                cluster = %silo.cluster,
-                silo = %silo.silo,
-                released = silo.released,
-                "silo declared dead after missing heartbeats; its activations were released"
+                cluster,
+                count = silos.len(),
+                silos = %silos.iter().take(IDS_PER_LOG_LINE).copied().collect::<Vec<_>>().join(", "),
+                "silos declared dead after missing heartbeats; their activations are released"
             );
         }
         metric::silos_declared_dead(reaped.len() as u64);
         Ok(reaped.len())
     }
 
+    /// Releases dead silos' entries, a chunk at a time, for at most [`RELEASE_BUDGET`]. Returns
+    /// how many.
+    async fn release_dead(&self) -> Result<u64, StoreError> {
+        let started = Instant::now();
+        let mut released = 0;
+        loop {
+            let chunk = self
+                .store
+                .release_dead(RELEASE_CHUNK)
+                .await
+                .inspect_err(|_| metric::store_error("release_dead"))?;
+            released += chunk;
+            if chunk < u64::from(RELEASE_CHUNK) || started.elapsed() >= RELEASE_BUDGET {
+                return Ok(released);
+            }
+        }
+    }
+
     /// Refreshes the membership and directory gauges.
-    async fn refresh_gauges(&self) -> Result<(), crate::store::StoreError> {
+    async fn refresh_gauges(&self) -> Result<(), StoreError> {
         let stats = self
             .store
             .stats()
@@ -67,9 +103,13 @@ pub async fn run_sweeper(oracle: std::sync::Arc<Oracle>, shutdown: impl Future<O
             _ = &mut shutdown => return,
             _ = ticks.tick() => {
                 let outcome = if sweep % SWEEPS_PER_GAUGE_REFRESH == 0 {
+                    crate::telemetry::metrics_handle().run_upkeep();
                     oracle.sweep().await.map(|_| ())
                 } else {
-                    oracle.declare_dead().await.map(|_| ())
+                    match oracle.declare_dead().await {
+                        Ok(_) => oracle.release_dead().await.map(|_| ()),
+                        Err(error) => Err(error),
+                    }
                 };
                 if let Err(error) = outcome {
                     tracing::error!(%error, "membership sweep failed; retrying next tick");

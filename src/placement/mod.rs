@@ -30,7 +30,7 @@ use utoipa::ToSchema;
 pub use options::StrategyOptions;
 
 use crate::clock::Millis;
-use crate::cluster::{GrainId, SiloId, SiloRecord, SiloStatus};
+use crate::cluster::{GrainId, Liveness, SiloId, SiloRecord, SiloStatus};
 
 /// A placement strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ToSchema)]
@@ -105,12 +105,11 @@ impl Strategy {
     }
 }
 
-/// The membership a decision is made against: every known silo and the clock reading that decides
-/// which of them are alive.
+/// The membership a decision is made against: the silos and the judge that decides which of them
+/// are alive.
 #[derive(Debug, Clone)]
 pub struct ClusterView {
-    pub now: Millis,
-    pub silo_ttl_ms: Millis,
+    pub liveness: Liveness,
     /// Ordered by silo id, so a seeded decision does not depend on storage order. Shared, because
     /// every placement of a quarter of a second decides against the same membership read.
     pub silos: Arc<Vec<SiloRecord>>,
@@ -122,7 +121,12 @@ impl ClusterView {
     }
 
     pub fn status(&self, silo: &SiloRecord) -> SiloStatus {
-        silo.status_at(self.now, self.silo_ttl_ms)
+        silo.status_at(&self.liveness)
+    }
+
+    /// The store's clock at the view's instant.
+    pub fn now(&self) -> Millis {
+        self.liveness.now
     }
 }
 
@@ -162,6 +166,14 @@ impl LocalDeltas {
             *entry = (silo.heartbeat_count, 0);
         }
         entry.1 += n;
+    }
+
+    /// Forgets the tallies of silos that are not in `view` (dead, left, or never seen again), so a
+    /// tally never outgrows the cluster's membership.
+    pub fn retain_silos(&mut self, view: &ClusterView) {
+        if self.0.len() > view.silos.len() {
+            self.0.retain(|id, _| view.find(id).is_some());
+        }
     }
 
     /// Takes back `n` placements counted on `silo` that did not happen (the grain existed, or the
@@ -287,8 +299,8 @@ fn exclusion_reason(view: &ClusterView, silo: &SiloRecord, grain_type: &str) -> 
         SiloStatus::Active => Some(format!("does not host grain type `{grain_type}`")),
         SiloStatus::Dead => Some(format!(
             "dead: no heartbeat for {} ms (silo_ttl {} ms)",
-            (view.now - silo.last_heartbeat_ms).max(0),
-            view.silo_ttl_ms
+            view.liveness.silent_for(silo.last_heartbeat_ms),
+            view.liveness.silo_ttl_ms
         )),
         other => Some(format!(
             "status is {}; only active silos take new activations",
@@ -493,7 +505,7 @@ pub(crate) mod testing {
 
     use super::ClusterView;
     use crate::cluster::silo::{LoadReport, SiloProfile, Smoothing};
-    use crate::cluster::{SiloId, SiloRecord, SiloStatus};
+    use crate::cluster::{Liveness, SiloId, SiloRecord, SiloStatus};
 
     pub fn silo(id: &str, status: SiloStatus, grain_types: Option<&[&str]>) -> SiloRecord {
         SiloRecord {
@@ -516,8 +528,7 @@ pub(crate) mod testing {
     pub fn view(silos: Vec<SiloRecord>) -> ClusterView {
         let silos = std::sync::Arc::new(silos);
         ClusterView {
-            now: 1_000,
-            silo_ttl_ms: 10_000,
+            liveness: Liveness::at(1_000, 10_000),
             silos,
         }
     }
@@ -686,7 +697,7 @@ mod tests {
             let mut silos = silos;
             silos.sort_by(|a, b| a.id.cmp(&b.id));
             silos.dedup_by(|a, b| a.id == b.id);
-            let v = ClusterView { now, silo_ttl_ms: 10_000, silos: std::sync::Arc::new(silos) };
+            let v = ClusterView { liveness: Liveness::at(now, 10_000), silos: std::sync::Arc::new(silos) };
             // silo_role takes the role from the key: "user/x" → role "x".
             let g = grain("user/x");
             let requesting = v.silos.get(local).map(|s| s.id.clone());
@@ -708,7 +719,7 @@ mod tests {
             if let Ok(decision) = super::place(&v, &request, &mut LocalDeltas::default(), &mut rng) {
                 let chosen = v.silos.iter().find(|s| s.id == decision.silo).unwrap();
                 prop_assert!(chosen.hosts("user"));
-                let status = chosen.status_at(now, 10_000);
+                let status = chosen.status_at(&Liveness::at(now, 10_000));
                 if strategy == Strategy::StatelessWorker && Some(&chosen.id) == requesting.as_ref() {
                     prop_assert!(matches!(status, SiloStatus::Active | SiloStatus::Joining));
                 } else {
@@ -733,7 +744,7 @@ mod tests {
             let mut silos = silos;
             silos.sort_by(|a, b| a.id.cmp(&b.id));
             silos.dedup_by(|a, b| a.id == b.id);
-            let v = ClusterView { now: 1_000, silo_ttl_ms: 10_000, silos: std::sync::Arc::new(silos) };
+            let v = ClusterView { liveness: Liveness::at(1_000, 10_000), silos: std::sync::Arc::new(silos) };
             let g = grain("user/x");
             let first = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));
             let second = place(&v, input(&g, None), strategy, true, &mut ChaCha8Rng::seed_from_u64(seed));

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Reaped, Registration, Store,
-    StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
+    Activation, Departure, HeartbeatUpdate, LimitReached, Located, Membership, NewActivation,
+    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
+    DEAD_SILO_RETENTION_MS,
 };
-use crate::clock::Millis;
-use crate::cluster::silo::is_fresh;
+use crate::clock::{Clock, Millis};
 use crate::cluster::{
-    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+    ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
 use crate::placement::policy::Policy;
@@ -38,16 +38,39 @@ struct ClusterState {
     silos: BTreeMap<String, SiloRecord>,
     /// When each dead silo was declared dead, for tombstone expiry.
     dead_since: HashMap<String, Millis>,
+    /// The newest dead generation per address, once a tombstone is forgotten (see
+    /// `SiloId::incarnation`): dead is final for an id, for ever.
+    retired: HashMap<String, i64>,
     directory: HashMap<String, Entry>,
     /// Grains per silo, ordered, for paging through a silo's activations.
     by_silo: HashMap<String, BTreeSet<String>>,
 }
 
 impl ClusterState {
+    /// The judge at `now` (the embedded store cannot be unreachable, so there is no outage grace).
+    fn liveness(&self, now: Millis) -> Liveness {
+        Liveness::at(now, self.silo_ttl_ms)
+    }
+
     fn live(&self, silo: &str, now: Millis) -> bool {
+        let liveness = self.liveness(now);
         self.silos
             .get(silo)
-            .is_some_and(|s| s.status_at(now, self.silo_ttl_ms) != SiloStatus::Dead)
+            .is_some_and(|s| s.status_at(&liveness) != SiloStatus::Dead)
+    }
+
+    fn live_silos(&self) -> usize {
+        self.silos
+            .values()
+            .filter(|s| s.status != SiloStatus::Dead)
+            .count()
+    }
+
+    fn mark_dead(&mut self, silo: &str, now: Millis) {
+        if let Some(record) = self.silos.get_mut(silo) {
+            record.status = SiloStatus::Dead;
+        }
+        self.dead_since.entry(silo.to_owned()).or_insert(now);
     }
 
     fn activation(&self, grain: &str, entry: &Entry) -> Activation {
@@ -90,17 +113,27 @@ impl ClusterState {
 }
 
 /// The in-process store.
-#[derive(Debug)]
 pub struct MemoryStore {
-    default_silo_ttl_ms: Millis,
+    settings: StoreSettings,
+    clock: Arc<dyn Clock>,
     clusters: Mutex<HashMap<ClusterName, ClusterState>>,
     last_epoch: Mutex<i64>,
 }
 
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MemoryStore {
-    pub fn new(default_silo_ttl_ms: Millis) -> Self {
+    /// An empty store on `clock` (the process's clock: one process, one clock).
+    pub fn new(settings: StoreSettings, clock: Arc<dyn Clock>) -> Self {
         Self {
-            default_silo_ttl_ms,
+            settings,
+            clock,
             clusters: Mutex::default(),
             last_epoch: Mutex::new(0),
         }
@@ -114,23 +147,31 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The cluster's state, created unless that would exceed the cluster limit.
     fn cluster_state<'c>(
         &self,
         clusters: &'c mut HashMap<ClusterName, ClusterState>,
         cluster: &ClusterName,
-    ) -> &'c mut ClusterState {
-        clusters
-            .entry(cluster.clone())
-            .or_insert_with(|| ClusterState {
+    ) -> Result<&'c mut ClusterState, StoreError> {
+        let full = clusters.len() as u64 >= self.settings.max_clusters;
+        match clusters.entry(cluster.clone()) {
+            std::collections::hash_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
+            std::collections::hash_map::Entry::Vacant(_) if full => Err(LimitReached::Clusters {
+                max: self.settings.max_clusters,
+            }
+            .into()),
+            std::collections::hash_map::Entry::Vacant(entry) => Ok(entry.insert(ClusterState {
                 pools: BTreeMap::new(),
-                silo_ttl_ms: self.default_silo_ttl_ms,
+                silo_ttl_ms: self.settings.default_silo_ttl_ms,
                 policy: Policy::default(),
                 policy_version: 0,
                 silos: BTreeMap::new(),
                 dead_since: HashMap::new(),
+                retired: HashMap::new(),
                 directory: HashMap::new(),
                 by_silo: HashMap::new(),
-            })
+            })),
+        }
     }
 
     fn next_epoch(&self) -> i64 {
@@ -157,27 +198,93 @@ impl Store for MemoryStore {
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-        _now: Millis,
         update: &HeartbeatUpdate<'_>,
-    ) -> Result<Result<(SiloRecord, Millis), HeartbeatRejection>, StoreError> {
+    ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError> {
+        let now = self.clock.now_ms();
+        let max_silos = self.settings.max_silos_per_cluster;
         let mut clusters = self.clusters();
-        let state = self.cluster_state(&mut clusters, cluster);
-        let ttl = state.silo_ttl_ms;
-        match update(state.silos.get(silo.as_str()), ttl) {
+        let state = self.cluster_state(&mut clusters, cluster)?;
+        let liveness = state.liveness(now);
+        let previous = state.silos.get(silo.as_str());
+        if previous.is_none() {
+            let (address, generation) = silo.incarnation();
+            if let Some(&dead_generation) = state.retired.get(address) {
+                if generation <= dead_generation {
+                    return Ok(Err(HeartbeatRejection::Retired {
+                        silo: silo.to_string(),
+                        address: address.to_owned(),
+                        dead_generation,
+                    }));
+                }
+            }
+        }
+        match update(previous, &liveness) {
             Ok(record) => {
+                if previous.is_none() && state.live_silos() as u64 >= max_silos {
+                    return Err(LimitReached::Silos {
+                        cluster: cluster.to_string(),
+                        max: max_silos,
+                        retry_after_ms: liveness.silo_ttl_ms,
+                    }
+                    .into());
+                }
                 state.silos.insert(silo.to_string(), record.clone());
-                Ok(Ok((record, ttl)))
+                Ok(Ok((record, liveness)))
             }
             Err(rejection) => Ok(Err(rejection)),
         }
     }
 
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
+        let now = self.clock.now_ms();
         Ok(self.clusters().get(cluster).map(|state| Membership {
-            silo_ttl_ms: state.silo_ttl_ms,
-            silos: Arc::new(state.silos.values().cloned().collect()),
+            liveness: state.liveness(now),
+            silos: Arc::new(
+                state
+                    .silos
+                    .values()
+                    .filter(|s| s.status != SiloStatus::Dead)
+                    .cloned()
+                    .collect(),
+            ),
             policy: state.policy.clone(),
             policy_version: state.policy_version,
+        }))
+    }
+
+    async fn silos(
+        &self,
+        cluster: &ClusterName,
+        after: Option<&SiloId>,
+        limit: u32,
+    ) -> Result<Option<SiloPage>, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.clusters().get(cluster).map(|state| {
+            let range = match after {
+                Some(after) => state.silos.range::<str, _>((
+                    std::ops::Bound::Excluded(after.as_str()),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => state.silos.range::<str, _>(..),
+            };
+            SiloPage {
+                liveness: state.liveness(now),
+                silos: range.take(limit as usize).map(|(_, s)| s.clone()).collect(),
+            }
+        }))
+    }
+
+    async fn silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.clusters().get(cluster).and_then(|state| {
+            state
+                .silos
+                .get(silo.as_str())
+                .map(|record| (record.clone(), state.liveness(now)))
         }))
     }
 
@@ -185,26 +292,29 @@ impl Store for MemoryStore {
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-        now: Millis,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<Departure>, StoreError> {
+        let now = self.clock.now_ms();
         let mut clusters = self.clusters();
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(None);
         };
-        let Some(record) = state.silos.get_mut(silo.as_str()) else {
+        if !state.silos.contains_key(silo.as_str()) {
             return Ok(None);
-        };
-        record.status = SiloStatus::Dead;
-        state.dead_since.entry(silo.to_string()).or_insert(now);
-        Ok(Some(state.release_silo(silo.as_str())))
+        }
+        state.mark_dead(silo.as_str(), now);
+        // In memory the whole release is one cheap step under the lock.
+        Ok(Some(Departure {
+            released: state.release_silo(silo.as_str()),
+            release_pending: false,
+        }))
     }
 
     async fn lookup(
         &self,
         cluster: &ClusterName,
         grains: &[GrainId],
-        now: Millis,
     ) -> Result<Vec<Located>, StoreError> {
+        let now = self.clock.now_ms();
         let clusters = self.clusters();
         let Some(state) = clusters.get(cluster) else {
             return Ok(Vec::new());
@@ -219,12 +329,13 @@ impl Store for MemoryStore {
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
-        now: Millis,
     ) -> Result<Vec<Registration>, StoreError> {
+        let now = self.clock.now_ms();
         let mut clusters = self.clusters();
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(vec![Registration::SiloUnavailable; entries.len()]);
         };
+        let liveness = state.liveness(now);
         let mut results = Vec::with_capacity(entries.len());
         for new in entries {
             let grain = new.grain.as_str();
@@ -233,10 +344,7 @@ impl Store for MemoryStore {
                     // Declare the silo dead (final) before giving its grain away, and release the
                     // rest of its entries with it, as a sweep would.
                     let silo = existing.silo.clone();
-                    if let Some(record) = state.silos.get_mut(&silo) {
-                        record.status = SiloStatus::Dead;
-                    }
-                    state.dead_since.entry(silo.clone()).or_insert(now);
+                    state.mark_dead(&silo, now);
                     state.release_silo(&silo);
                 } else {
                     results.push(Registration::Existing(
@@ -248,7 +356,7 @@ impl Store for MemoryStore {
             let silo_ok = state
                 .silos
                 .get(new.silo.as_str())
-                .is_some_and(|s| s.status_at(now, state.silo_ttl_ms) == SiloStatus::Active);
+                .is_some_and(|s| s.status_at(&liveness) == SiloStatus::Active);
             if !silo_ok {
                 results.push(Registration::SiloUnavailable);
                 continue;
@@ -276,10 +384,9 @@ impl Store for MemoryStore {
         cluster: &ClusterName,
         name: &PoolName,
         pool: &Pool,
-        _now: Millis,
     ) -> Result<(), StoreError> {
         let mut clusters = self.clusters();
-        let state = self.cluster_state(&mut clusters, cluster);
+        let state = self.cluster_state(&mut clusters, cluster)?;
         let counter = state
             .pools
             .get(name.as_str())
@@ -322,15 +429,16 @@ impl Store for MemoryStore {
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
-        epoch: Option<i64>,
+        epoch: i64,
     ) -> Result<bool, StoreError> {
         let mut clusters = self.clusters();
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(false);
         };
-        let on_silo = state.directory.get(grain.as_str()).is_some_and(|entry| {
-            entry.silo == silo.as_str() && epoch.is_none_or(|epoch| entry.epoch == epoch)
-        });
+        let on_silo = state
+            .directory
+            .get(grain.as_str())
+            .is_some_and(|entry| entry.silo == silo.as_str() && entry.epoch == epoch);
         if on_silo {
             state.remove_entry(grain.as_str());
         }
@@ -362,29 +470,24 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn reap(&self, now: Millis) -> Result<Vec<Reaped>, StoreError> {
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+        let now = self.clock.now_ms();
         let mut clusters = self.clusters();
         let mut reaped = Vec::new();
         for (name, state) in clusters.iter_mut() {
+            let liveness = state.liveness(now);
             let newly_dead: Vec<String> = state
                 .silos
                 .values()
-                .filter(|s| {
-                    s.status != SiloStatus::Dead
-                        && !is_fresh(s.last_heartbeat_ms, now, state.silo_ttl_ms)
-                })
+                .filter(|s| s.status != SiloStatus::Dead && !liveness.is_fresh(s.last_heartbeat_ms))
                 .map(|s| s.id.to_string())
                 .collect();
             for silo in newly_dead {
-                if let Some(record) = state.silos.get_mut(&silo) {
-                    record.status = SiloStatus::Dead;
-                }
-                state.dead_since.insert(silo.clone(), now);
-                let released = state.release_silo(&silo);
+                state.mark_dead(&silo, now);
+                state.release_silo(&silo);
                 reaped.push(Reaped {
                     cluster: name.to_string(),
                     silo,
-                    released,
                 });
             }
             let expired: Vec<String> = state
@@ -395,10 +498,22 @@ impl Store for MemoryStore {
                 .collect();
             for silo in expired {
                 state.dead_since.remove(&silo);
-                state.silos.remove(&silo);
+                if let Some(record) = state.silos.remove(&silo) {
+                    let (address, generation) = record.id.incarnation();
+                    let newest = state
+                        .retired
+                        .entry(address.to_owned())
+                        .or_insert(generation);
+                    *newest = (*newest).max(generation);
+                }
             }
         }
         Ok(reaped)
+    }
+
+    async fn release_dead(&self, _limit: u32) -> Result<u64, StoreError> {
+        // Every death releases its entries at once here; nothing is ever left to release.
+        Ok(0)
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
@@ -425,11 +540,10 @@ impl Store for MemoryStore {
         cluster: &ClusterName,
         policy: &Policy,
         expected: Option<i64>,
-        _now: Millis,
     ) -> Result<Result<i64, i64>, StoreError> {
         let mut clusters = self.clusters();
-        let default_ttl = self.default_silo_ttl_ms;
-        let state = self.cluster_state(&mut clusters, cluster);
+        let default_ttl = self.settings.default_silo_ttl_ms;
+        let state = self.cluster_state(&mut clusters, cluster)?;
         if expected.is_some_and(|expected| expected != state.policy_version) {
             return Ok(Err(state.policy_version));
         }

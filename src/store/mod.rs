@@ -5,7 +5,11 @@
 //! runs and demos. The store keeps state and enforces the invariants that need atomicity — one
 //! directory entry per grain, registration only on a live silo, release of a dead silo's entries —
 //! and leaves every decision to the domain.
+//!
+//! Time is the store's: every stamp and every liveness judgement uses one clock ([`StoreTime`]),
+//! the database's in production, so replicas whose clocks disagree still agree on who is alive.
 
+pub mod health;
 pub mod memory;
 pub mod postgres;
 
@@ -14,16 +18,78 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::clock::Millis;
+use crate::clock::{Clock, Millis};
 use crate::cluster::{
-    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+    ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
 use crate::placement::policy::Policy;
 
-/// How long a dead silo stays listed (status `dead`) before its record is dropped and its id may
-/// be used again.
+/// How long a dead silo stays listed (status `dead`) before its record is dropped. Its id stays
+/// spent: a compact record of the newest dead generation at its address remains (see
+/// [`SiloId::incarnation`]).
 pub const DEAD_SILO_RETENTION_MS: Millis = 60 * 60 * 1000;
+
+/// Most directory entries one statement releases. A dead silo's entries go in chunks of this size
+/// (the first with its death, the rest in the background), so releasing a silo with 100,000 grains
+/// never holds one long statement inside a request's timeout.
+pub const RELEASE_CHUNK: u32 = 5_000;
+
+/// Where the store's time comes from.
+#[derive(Clone)]
+pub enum StoreTime {
+    /// The database's clock (`oracle_now_ms()`), read by each statement: one clock for every
+    /// replica. Postgres only.
+    Database,
+    /// An injected clock: the embedded store's (one process, one clock) and tests'.
+    Clock(Arc<dyn Clock>),
+}
+
+impl std::fmt::Debug for StoreTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreTime::Database => f.write_str("Database"),
+            StoreTime::Clock(clock) => write!(f, "Clock(now = {})", clock.now_ms()),
+        }
+    }
+}
+
+/// What both stores are told at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// The TTL a new cluster starts with (and keeps unless its policy names another). Stored with
+    /// the cluster, so replicas configured differently still judge it alike.
+    pub default_silo_ttl_ms: Millis,
+    /// Most clusters; creating one more is refused.
+    pub max_clusters: u64,
+    /// Most silos that are not dead in one cluster; a new silo beyond it is refused until one dies
+    /// or leaves.
+    pub max_silos_per_cluster: u64,
+}
+
+impl StoreSettings {
+    /// The defaults, with this TTL (tests and examples).
+    pub fn with_ttl(default_silo_ttl_ms: Millis) -> Self {
+        Self {
+            default_silo_ttl_ms,
+            max_clusters: 10_000,
+            max_silos_per_cluster: 5_000,
+        }
+    }
+}
+
+/// A limit that refused a write; the caller's request, not the store, is what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitReached {
+    #[error("the oracle already holds its limit of {max} clusters (ORACLE_MAX_CLUSTERS); no new cluster can be created")]
+    Clusters { max: u64 },
+    #[error("cluster `{cluster}` already has its limit of {max} silos that are not dead (ORACLE_MAX_SILOS_PER_CLUSTER); a new silo can join when one leaves or dies")]
+    Silos {
+        cluster: String,
+        max: u64,
+        retry_after_ms: Millis,
+    },
+}
 
 /// A failure of the store itself (never of the caller's input). Logged, counted and answered as 503.
 /// Cloneable, because one failed batched query fails every request in the batch.
@@ -37,6 +103,39 @@ pub enum StoreError {
     Corrupt(String),
     #[error("gave up after {0} attempts that lost to concurrent writers")]
     Contended(u32),
+    /// Recent calls could not reach the database: answered at once instead of waiting for it
+    /// (one call in a while still tries, and the first that succeeds closes the circuit).
+    #[error("the database is unreachable (failing fast until it answers again)")]
+    Unreachable,
+    /// More calls are queued for the database than this replica will hold.
+    #[error("too many store calls are queued on this replica")]
+    Overloaded,
+    #[error(transparent)]
+    Limit(#[from] LimitReached),
+}
+
+impl StoreError {
+    /// Whether the error says the database could not be reached (rather than refusing a statement):
+    /// what opens the circuit, and what starts the outage grace of [`Liveness`].
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::Unreachable => true,
+            StoreError::Database(error) => match error.as_ref() {
+                sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed => true,
+                // Connection exceptions (class 08) and the server shutting down or starting up.
+                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                    code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+                }),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -51,22 +150,41 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
     }
 }
 
-/// Computes a silo's next record from its current one (absent for a new silo) and the cluster's
-/// silo TTL. The store calls it inside its atomic read-modify-write, perhaps more than once.
-pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, Millis) -> Result<SiloRecord, HeartbeatRejection>
+/// Computes a silo's next record from its current one (absent for a new silo) and the store's
+/// liveness judge at this instant (its clock and the cluster's TTL). The store calls it inside its
+/// atomic read-modify-write, perhaps more than once.
+pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, &Liveness) -> Result<SiloRecord, HeartbeatRejection>
     + Send
     + Sync
     + 'a;
 
-/// Every silo of a cluster, the TTL that decides which are alive, and the placement policy: all
-/// that a placement decision reads, in one store call.
+/// The cluster's silos that are not marked dead, how to judge them, and the placement policy: all
+/// that a placement decision reads, in one store call. (Silos dead for the last hour are listed by
+/// [`Store::silos`], never loaded here.)
 #[derive(Debug, Clone)]
 pub struct Membership {
-    pub silo_ttl_ms: Millis,
+    pub liveness: Liveness,
     /// Ordered by silo id.
     pub silos: Arc<Vec<SiloRecord>>,
     pub policy: Policy,
     pub policy_version: i64,
+}
+
+/// One page of a cluster's silos (dead ones included while they are listed).
+#[derive(Debug, Clone)]
+pub struct SiloPage {
+    pub liveness: Liveness,
+    /// Ordered by silo id.
+    pub silos: Vec<SiloRecord>,
+}
+
+/// What a graceful leave did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Departure {
+    /// Entries released with the departure (at most [`RELEASE_CHUNK`]).
+    pub released: u64,
+    /// Whether more remain; they are released in the background and are never live meanwhile.
+    pub release_pending: bool,
 }
 
 /// One directory entry: a grain's single activation.
@@ -123,12 +241,11 @@ pub enum Registration {
     SiloUnavailable,
 }
 
-/// Silos declared dead by a sweep, with how many directory entries each released.
+/// A silo declared dead by a sweep. Its entries are released by [`Store::release_dead`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reaped {
     pub cluster: String,
     pub silo: String,
-    pub released: u64,
 }
 
 /// Counts for the gauges on `/metrics`.
@@ -146,42 +263,58 @@ pub trait Store: Send + Sync + 'static {
     /// Succeeds when the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Applies a heartbeat atomically; creates the cluster on its first heartbeat.
+    /// Applies a heartbeat atomically, stamped with the store's clock; creates the cluster on its
+    /// first heartbeat. Refuses an id retired by a dead incarnation, and a new silo beyond
+    /// [`StoreSettings::max_silos_per_cluster`].
     async fn record_heartbeat(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-        now: Millis,
         update: &HeartbeatUpdate<'_>,
-    ) -> Result<Result<(SiloRecord, Millis), HeartbeatRejection>, StoreError>;
+    ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError>;
 
-    /// The cluster's silos, or `None` when the cluster has never sent a heartbeat.
+    /// The cluster's silos that are not marked dead, or `None` when the cluster does not exist.
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError>;
 
-    /// A graceful leave: marks the silo dead (a tombstone, so the id cannot rejoin) and releases its
-    /// activations; `None` when unknown. Leaving twice releases nothing the second time.
+    /// Up to `limit` silos after `after` (exclusive) in id order, dead ones included while listed;
+    /// `None` when the cluster does not exist.
+    async fn silos(
+        &self,
+        cluster: &ClusterName,
+        after: Option<&SiloId>,
+        limit: u32,
+    ) -> Result<Option<SiloPage>, StoreError>;
+
+    /// One silo (dead ones included while listed) and its judge; `None` when the cluster or the
+    /// silo is unknown.
+    async fn silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError>;
+
+    /// A graceful leave: marks the silo dead (so the id cannot rejoin) and releases its first
+    /// [`RELEASE_CHUNK`] activations; `None` when unknown. Leaving twice releases what is left.
     async fn remove_silo(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-        now: Millis,
-    ) -> Result<Option<u64>, StoreError>;
+    ) -> Result<Option<Departure>, StoreError>;
 
-    /// Directory entries of these grains (absent grains are left out).
+    /// Directory entries of these grains (absent grains are left out), judged live now.
     async fn lookup(
         &self,
         cluster: &ClusterName,
         grains: &[GrainId],
-        now: Millis,
     ) -> Result<Vec<Located>, StoreError>;
 
     /// Registers new activations, one result per entry, in order. Each registration succeeds only if
-    /// no live entry exists for the grain and the chosen silo is active and alive at `now`.
+    /// no live entry exists for the grain and the chosen silo is active and alive — and stays so
+    /// until the registration commits (a silo being declared dead at that moment is waited for).
     async fn register(
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
-        now: Millis,
     ) -> Result<Vec<Registration>, StoreError>;
 
     /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
@@ -193,11 +326,10 @@ pub trait Store: Send + Sync + 'static {
         &self,
         cluster: &ClusterName,
         proposals: &[Proposal],
-        now: Millis,
     ) -> Result<Vec<Registration>, StoreError> {
         let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
         let mut found: HashMap<String, Located> = self
-            .lookup(cluster, &grains, now)
+            .lookup(cluster, &grains)
             .await?
             .into_iter()
             .map(|l| (l.activation.grain.clone(), l))
@@ -216,7 +348,7 @@ pub trait Store: Send + Sync + 'static {
             .collect();
         let mut registered: HashMap<String, Registration> = HashMap::new();
         if !new.is_empty() {
-            for (entry, outcome) in new.iter().zip(self.register(cluster, &new, now).await?) {
+            for (entry, outcome) in new.iter().zip(self.register(cluster, &new).await?) {
                 registered.insert(entry.grain.to_string(), outcome);
             }
         }
@@ -238,7 +370,6 @@ pub trait Store: Send + Sync + 'static {
         cluster: &ClusterName,
         name: &PoolName,
         pool: &Pool,
-        now: Millis,
     ) -> Result<(), StoreError>;
 
     /// A pool's definition, or `None` when it does not exist.
@@ -256,14 +387,13 @@ pub trait Store: Send + Sync + 'static {
         name: &PoolName,
     ) -> Result<Option<u64>, StoreError>;
 
-    /// Removes the grain's entry if it is on `silo` (and is activation `epoch`, when given); `true`
-    /// when it did.
+    /// Removes the grain's entry if it is activation `epoch` on `silo`; `true` when it did.
     async fn deactivate(
         &self,
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
-        epoch: Option<i64>,
+        epoch: i64,
     ) -> Result<bool, StoreError>;
 
     /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
@@ -275,9 +405,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Activation>, StoreError>;
 
-    /// Declares every silo silent past its cluster's TTL dead, releases its entries, and forgets
-    /// silos dead for longer than [`DEAD_SILO_RETENTION_MS`]. Idempotent; replicas may race on it.
-    async fn reap(&self, now: Millis) -> Result<Vec<Reaped>, StoreError>;
+    /// Declares every silo silent past its cluster's TTL dead, and forgets silos dead for longer
+    /// than [`DEAD_SILO_RETENTION_MS`] whose entries are all released (keeping their retired
+    /// generation). Idempotent; replicas may race on it.
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError>;
+
+    /// Releases up to `limit` directory entries of dead silos; returns how many. Idempotent;
+    /// replicas may race on it.
+    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
 
     /// Counts for metrics.
     async fn stats(&self) -> Result<StoreStats, StoreError>;
@@ -290,6 +425,5 @@ pub trait Store: Send + Sync + 'static {
         cluster: &ClusterName,
         policy: &Policy,
         expected: Option<i64>,
-        now: Millis,
     ) -> Result<Result<i64, i64>, StoreError>;
 }

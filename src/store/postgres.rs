@@ -2,15 +2,19 @@
 //!
 //! Every invariant is enforced by the database, not by a replica: the directory's primary key makes
 //! registration first-writer-wins across replicas, registration checks the chosen silo's liveness in
-//! the same statement that inserts, heartbeats use optimistic concurrency on the row version, and
-//! the sweep that declares silos dead is idempotent. Liveness is always the SQL function
-//! `silo_is_live` (a migration) with `now` from the oracle's clock, the same rule as
-//! `cluster::silo::is_fresh`. A directory entry is only ever released after its silo is marked dead
-//! (or deleted), and dead is final, so a late heartbeat cannot revive a silo whose grains moved.
+//! the same statement that inserts and holds the silo row (`FOR SHARE`) until it commits, heartbeats
+//! use optimistic concurrency on the row version, and the sweep that declares silos dead is
+//! idempotent. Liveness is always the SQL function `silo_is_live` (a migration), judged at the
+//! database's clock `oracle_now_ms()` (or an injected time in tests), the same rule as
+//! `cluster::silo::Liveness`. A directory entry is only ever released after its silo is marked dead,
+//! and dead is final, so a late heartbeat cannot revive a silo whose grains moved.
+//!
+//! Every call goes through [`StoreHealth`]: calls fail fast while the database is unreachable, and
+//! how long it has been reachable enters every liveness judgement as the outage grace.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,14 +22,16 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 
+use super::health::StoreHealth;
 use super::{
-    Activation, HeartbeatUpdate, Located, Membership, NewActivation, Reaped, Registration, Store,
-    StoreError, StoreStats, DEAD_SILO_RETENTION_MS,
+    Activation, Departure, HeartbeatUpdate, LimitReached, Located, Membership, NewActivation,
+    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats, StoreTime,
+    DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
-use crate::clock::Millis;
+use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{
-    ClusterName, GrainId, HeartbeatRejection, PoolName, SiloId, SiloRecord, SiloStatus,
+    ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
 use crate::placement::policy::Policy;
@@ -36,6 +42,14 @@ const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
 
 /// SQLSTATE of a foreign key violation.
 const FOREIGN_KEY_VIOLATION: &str = "23503";
+/// SQLSTATE of a deadlock (two statements locking silo rows in opposite orders; rare, retryable).
+const DEADLOCK_DETECTED: &str = "40P01";
+
+/// Most expired tombstones one sweep forgets.
+const FORGET_CHUNK: i64 = 1_000;
+/// Exact directory counts for the gauge up to this many entries; the planner's estimate beyond
+/// (counting ten million rows every ten seconds would cost more than the gauge is worth).
+const EXACT_COUNT_UP_TO: i64 = 100_000;
 
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -44,18 +58,23 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: PgPool,
-    default_silo_ttl_ms: Millis,
+    settings: StoreSettings,
+    time: StoreTime,
+    health: StoreHealth,
     /// Clusters this process has seen exist. Clusters are never deleted, so a hit saves the insert
-    /// round trip on every heartbeat; a miss only costs one idempotent insert.
+    /// round trip on every heartbeat; a miss only costs one idempotent insert. Bounded: only
+    /// clusters that exist enter it, and there are at most `max_clusters`.
     known_clusters: Mutex<HashSet<ClusterName>>,
 }
 
 impl PostgresStore {
-    /// Connects a pool of `pool_size` connections. Does not touch the schema; see [`Self::migrate`].
+    /// Connects a pool of `pool_size` connections that waits at most `acquire_timeout` for one. On
+    /// the database's clock. Does not touch the schema; see [`Self::migrate`].
     pub async fn connect(
         url: &str,
         pool_size: u32,
-        default_silo_ttl_ms: Millis,
+        acquire_timeout: Duration,
+        settings: StoreSettings,
     ) -> Result<Self, StoreError> {
         // Every query here is a short indexed statement whose best plan does not depend on its
         // parameters. Postgres would otherwise keep planning some of them afresh on each call
@@ -65,20 +84,34 @@ impl PostgresStore {
             PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(acquire_timeout)
             // sqlx pings every connection before handing it out by default: a second round trip
             // on every query. A connection that broke since its last use fails its query instead
             // (answered 503, retried by the client) and is replaced.
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        Ok(Self::from_pool(pool, default_silo_ttl_ms))
+        Ok(Self::from_pool(
+            pool,
+            settings,
+            StoreTime::Database,
+            Arc::new(MonotonicClock::default()),
+        ))
     }
 
-    pub fn from_pool(pool: PgPool, default_silo_ttl_ms: Millis) -> Self {
+    /// A store on `pool`, taking time from `time`; `local_clock` measures this replica's own
+    /// durations (how long the database has been reachable).
+    pub fn from_pool(
+        pool: PgPool,
+        settings: StoreSettings,
+        time: StoreTime,
+        local_clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             pool,
-            default_silo_ttl_ms,
+            settings,
+            time,
+            health: StoreHealth::new(local_clock),
             known_clusters: Mutex::default(),
         }
     }
@@ -86,6 +119,17 @@ impl PostgresStore {
     /// Applies pending migrations. Safe when several replicas start at once: sqlx serialises
     /// migrators with a database lock and each one skips what is already applied.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        // Clusters created before the TTL was stored with them were judged by the replicas'
+        // configured default: keep that for them before the migration makes the TTL required.
+        let has_clusters: bool = sqlx::query_scalar("SELECT to_regclass('clusters') IS NOT NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        if has_clusters {
+            sqlx::query("UPDATE clusters SET silo_ttl_ms = $1 WHERE silo_ttl_ms IS NULL")
+                .bind(self.settings.default_silo_ttl_ms)
+                .execute(&self.pool)
+                .await?;
+        }
         MIGRATOR.run(&self.pool).await?;
         Ok(())
     }
@@ -94,17 +138,62 @@ impl PostgresStore {
         &self.pool
     }
 
-    async fn ensure_cluster(&self, cluster: &ClusterName, now: Millis) -> Result<(), StoreError> {
+    /// The injected time, or `NULL` for the database's clock: statements read
+    /// `COALESCE($n::int8, oracle_now_ms())`.
+    fn now(&self) -> Option<Millis> {
+        match &self.time {
+            StoreTime::Database => None,
+            StoreTime::Clock(clock) => Some(clock.now_ms()),
+        }
+    }
+
+    fn reachable_for(&self) -> Millis {
+        self.health.reachable_for_ms()
+    }
+
+    fn liveness_from_row(&self, row: &PgRow) -> Result<Liveness, StoreError> {
+        Ok(Liveness {
+            now: row.try_get("now")?,
+            silo_ttl_ms: row.try_get("ttl")?,
+            store_reachable_for_ms: self.reachable_for(),
+        })
+    }
+
+    /// Makes sure the cluster exists, creating it (with this replica's default TTL) unless that
+    /// would exceed the cluster limit.
+    async fn ensure_cluster(&self, cluster: &ClusterName) -> Result<(), StoreError> {
         if self.known().contains(cluster) {
             return Ok(());
         }
-        sqlx::query(
-            "INSERT INTO clusters (name, created_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        let exists: bool = sqlx::query_scalar(
+            "WITH created AS (
+                INSERT INTO clusters (name, silo_ttl_ms, created_ms)
+                SELECT $1, $2, COALESCE($3::int8, oracle_now_ms())
+                WHERE NOT EXISTS (SELECT 1 FROM clusters WHERE name = $1)
+                  AND (SELECT count(*) FROM clusters) < $4
+                ON CONFLICT DO NOTHING
+                RETURNING name
+             )
+             SELECT EXISTS (SELECT 1 FROM created) OR EXISTS (SELECT 1 FROM clusters WHERE name = $1)",
         )
         .bind(cluster.as_str())
-        .bind(now)
-        .execute(&self.pool)
+        .bind(self.settings.default_silo_ttl_ms)
+        .bind(self.now())
+        .bind(i64::try_from(self.settings.max_clusters).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
         .await?;
+        // A concurrent creation of the same name is invisible to this statement's snapshot.
+        let exists = exists
+            || sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM clusters WHERE name = $1)")
+                .bind(cluster.as_str())
+                .fetch_one(&self.pool)
+                .await?;
+        if !exists {
+            return Err(LimitReached::Clusters {
+                max: self.settings.max_clusters,
+            }
+            .into());
+        }
         self.known().insert(cluster.clone());
         Ok(())
     }
@@ -115,34 +204,138 @@ impl PostgresStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn write_silo(
+    /// Inserts a new silo unless the cluster is at its silo limit or the id is retired; `false`
+    /// when nothing was inserted (the caller reads again to find out why).
+    async fn insert_silo(
         &self,
         cluster: &ClusterName,
         record: &SiloRecord,
-        previous_count: Option<i64>,
     ) -> Result<bool, StoreError> {
-        let sql = if previous_count.is_none() {
+        let (address, generation) = record.id.incarnation();
+        let done = sqlx::query(
             "INSERT INTO silos (cluster, silo, address, status, last_heartbeat_ms, heartbeat_count, profile)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (cluster, silo) DO NOTHING"
-        } else {
+             SELECT $1, $2, $3, $4, $5, $6, $7
+             WHERE (SELECT count(*) FROM silos WHERE cluster = $1 AND status <> 'dead') < $8
+               AND NOT EXISTS (SELECT 1 FROM retired_generations
+                               WHERE cluster = $1 AND address = $9 AND generation >= $10)
+             ON CONFLICT (cluster, silo) DO NOTHING",
+        )
+        .bind(cluster.as_str())
+        .bind(record.id.as_str())
+        .bind(&record.profile.address)
+        .bind(record.status.as_str())
+        .bind(record.last_heartbeat_ms)
+        .bind(record.heartbeat_count)
+        .bind(Json(&record.profile))
+        .bind(i64::try_from(self.settings.max_silos_per_cluster).unwrap_or(i64::MAX))
+        .bind(address)
+        .bind(generation)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether the cluster has reached its silo limit.
+    async fn silos_full(&self, cluster: &ClusterName) -> Result<bool, StoreError> {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM silos WHERE cluster = $1 AND status <> 'dead'",
+        )
+        .bind(cluster.as_str())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(live).unwrap_or(0) >= self.settings.max_silos_per_cluster)
+    }
+
+    async fn update_silo(
+        &self,
+        cluster: &ClusterName,
+        record: &SiloRecord,
+        previous_count: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
             "UPDATE silos SET address = $3, status = $4, last_heartbeat_ms = $5,
                     heartbeat_count = $6, profile = $7
-             WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8"
-        };
-        let mut query = sqlx::query(sql)
-            .bind(cluster.as_str())
-            .bind(record.id.as_str())
-            .bind(&record.profile.address)
-            .bind(record.status.as_str())
-            .bind(record.last_heartbeat_ms)
-            .bind(record.heartbeat_count)
-            .bind(Json(&record.profile));
-        if let Some(count) = previous_count {
-            query = query.bind(count);
-        }
-        let done = query.execute(&self.pool).await?;
+             WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8",
+        )
+        .bind(cluster.as_str())
+        .bind(record.id.as_str())
+        .bind(&record.profile.address)
+        .bind(record.status.as_str())
+        .bind(record.last_heartbeat_ms)
+        .bind(record.heartbeat_count)
+        .bind(Json(&record.profile))
+        .bind(previous_count)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn try_record_heartbeat(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        update: &HeartbeatUpdate<'_>,
+    ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError> {
+        self.ensure_cluster(cluster).await?;
+        let (address, generation) = silo.incarnation();
+        let select = format!(
+            "SELECT c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
+                    r.generation AS retired_generation, {SILO_COLUMNS}
+             FROM clusters c
+             LEFT JOIN silos s ON s.cluster = c.name AND s.silo = $2
+             LEFT JOIN retired_generations r ON r.cluster = c.name AND r.address = $4
+             WHERE c.name = $1"
+        );
+        for _ in 0..MAX_HEARTBEAT_ATTEMPTS {
+            let row = sqlx::query(&select)
+                .bind(cluster.as_str())
+                .bind(silo.as_str())
+                .bind(self.now())
+                .bind(address)
+                .fetch_one(&self.pool)
+                .await?;
+            let liveness = self.liveness_from_row(&row)?;
+            let previous = match row.try_get::<Option<String>, _>("silo")? {
+                Some(_) => Some(silo_from_row(&row)?),
+                None => None,
+            };
+            if previous.is_none() {
+                let retired: Option<i64> = row.try_get("retired_generation")?;
+                if let Some(dead_generation) = retired.filter(|&dead| generation <= dead) {
+                    return Ok(Err(HeartbeatRejection::Retired {
+                        silo: silo.to_string(),
+                        address: address.to_owned(),
+                        dead_generation,
+                    }));
+                }
+            }
+            let record = match update(previous.as_ref(), &liveness) {
+                Ok(record) => record,
+                Err(rejection) => return Ok(Err(rejection)),
+            };
+            let written = match &previous {
+                Some(previous) => {
+                    self.update_silo(cluster, &record, previous.heartbeat_count)
+                        .await?
+                }
+                None => {
+                    let inserted = self.insert_silo(cluster, &record).await?;
+                    if !inserted && self.silos_full(cluster).await? {
+                        return Err(LimitReached::Silos {
+                            cluster: cluster.to_string(),
+                            max: self.settings.max_silos_per_cluster,
+                            retry_after_ms: liveness.silo_ttl_ms,
+                        }
+                        .into());
+                    }
+                    inserted
+                }
+            };
+            if written {
+                return Ok(Ok((record, liveness)));
+            }
+        }
+        Err(StoreError::Contended(MAX_HEARTBEAT_ATTEMPTS))
     }
 }
 
@@ -174,69 +367,28 @@ fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
 /// Columns of a silo row, as `silo_from_row` reads them.
 const SILO_COLUMNS: &str = "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_count, s.profile";
 
-#[async_trait]
-impl Store for PostgresStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn record_heartbeat(
+/// The statements behind each [`Store`] call, before the circuit (see the `Store` impl below).
+impl PostgresStore {
+    async fn try_membership(
         &self,
         cluster: &ClusterName,
-        silo: &SiloId,
-        now: Millis,
-        update: &HeartbeatUpdate<'_>,
-    ) -> Result<Result<(SiloRecord, Millis), HeartbeatRejection>, StoreError> {
-        self.ensure_cluster(cluster, now).await?;
-        let select = format!(
-            "SELECT COALESCE(c.silo_ttl_ms, $3) AS ttl, {SILO_COLUMNS}
-             FROM clusters c LEFT JOIN silos s ON s.cluster = c.name AND s.silo = $2
-             WHERE c.name = $1"
-        );
-        for _ in 0..MAX_HEARTBEAT_ATTEMPTS {
-            let row = sqlx::query(&select)
-                .bind(cluster.as_str())
-                .bind(silo.as_str())
-                .bind(self.default_silo_ttl_ms)
-                .fetch_one(&self.pool)
-                .await?;
-            let ttl: Millis = row.try_get("ttl")?;
-            let previous = match row.try_get::<Option<String>, _>("silo")? {
-                Some(_) => Some(silo_from_row(&row)?),
-                None => None,
-            };
-            let record = match update(previous.as_ref(), ttl) {
-                Ok(record) => record,
-                Err(rejection) => return Ok(Err(rejection)),
-            };
-            let previous_count = previous.as_ref().map(|p| p.heartbeat_count);
-            if self.write_silo(cluster, &record, previous_count).await? {
-                return Ok(Ok((record, ttl)));
-            }
-        }
-        Err(StoreError::Contended(MAX_HEARTBEAT_ATTEMPTS))
-    }
-
-    async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
+    ) -> Result<Option<Membership>, StoreError> {
+        // Only silos not marked dead: the dead of the last hour are never read for a decision.
         let rows = sqlx::query(&format!(
-            "SELECT COALESCE(c.silo_ttl_ms, $2) AS ttl, c.policy, c.policy_version, {SILO_COLUMNS}
-             FROM clusters c LEFT JOIN silos s ON s.cluster = c.name
+            "SELECT c.silo_ttl_ms AS ttl, COALESCE($2::int8, oracle_now_ms()) AS now,
+                    c.policy, c.policy_version, {SILO_COLUMNS}
+             FROM clusters c LEFT JOIN silos s ON s.cluster = c.name AND s.status <> 'dead'
              WHERE c.name = $1 ORDER BY s.silo"
         ))
         .bind(cluster.as_str())
-        .bind(self.default_silo_ttl_ms)
+        .bind(self.now())
         .fetch_all(&self.pool)
         .await?;
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let silo_ttl_ms: Millis = first.try_get("ttl")?;
-        let Json(policy): Json<Policy> = first.try_get("policy")?;
+        let liveness = self.liveness_from_row(first)?;
+        let policy: Policy = decode_stored(first.try_get("policy")?)?;
         let policy_version: i64 = first.try_get("policy_version")?;
         let mut silos = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -245,52 +397,124 @@ impl Store for PostgresStore {
             }
         }
         Ok(Some(Membership {
-            silo_ttl_ms,
-            silos: std::sync::Arc::new(silos),
+            liveness,
+            silos: Arc::new(silos),
             policy,
             policy_version,
         }))
     }
 
-    async fn remove_silo(
+    async fn try_silos(
+        &self,
+        cluster: &ClusterName,
+        after: Option<&SiloId>,
+        limit: u32,
+    ) -> Result<Option<SiloPage>, StoreError> {
+        // Seeks from the cursor: silo ids are never empty, so '' is before every one ("C" order).
+        let rows = sqlx::query(&format!(
+            "SELECT c.silo_ttl_ms AS ttl, COALESCE($2::int8, oracle_now_ms()) AS now, {SILO_COLUMNS}
+             FROM clusters c
+             LEFT JOIN LATERAL (
+                SELECT * FROM silos s WHERE s.cluster = c.name AND s.silo > COALESCE($3, '')
+                ORDER BY s.silo LIMIT $4
+             ) s ON true
+             WHERE c.name = $1 ORDER BY s.silo"
+        ))
+        .bind(cluster.as_str())
+        .bind(self.now())
+        .bind(after.map(SiloId::as_str))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let liveness = self.liveness_from_row(first)?;
+        let mut silos = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<String>, _>("silo")?.is_some() {
+                silos.push(silo_from_row(row)?);
+            }
+        }
+        Ok(Some(SiloPage { liveness, silos }))
+    }
+
+    async fn try_silo(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-        now: Millis,
-    ) -> Result<Option<u64>, StoreError> {
-        // Mark it dead first (the row lock makes any racing heartbeat wait, then fail), then
-        // release its entries; the tombstone keeps the id from rejoining until it expires.
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now, {SILO_COLUMNS}
+             FROM clusters c JOIN silos s ON s.cluster = c.name AND s.silo = $2
+             WHERE c.name = $1"
+        ))
+        .bind(cluster.as_str())
+        .bind(silo.as_str())
+        .bind(self.now())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| Ok((silo_from_row(&row)?, self.liveness_from_row(&row)?)))
+            .transpose()
+    }
+
+    async fn try_remove_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<Departure>, StoreError> {
+        // Mark it dead first (the row lock makes any racing heartbeat or registration on it wait,
+        // then fail), then release a first chunk of its entries; the sweep releases the rest.
         let mut tx = self.pool.begin().await?;
         let known = sqlx::query(
-            "UPDATE silos SET status = 'dead', dead_since_ms = COALESCE(dead_since_ms, $3)
+            "UPDATE silos SET status = 'dead',
+                    dead_since_ms = COALESCE(dead_since_ms, $3::int8, oracle_now_ms())
              WHERE cluster = $1 AND silo = $2",
         )
         .bind(cluster.as_str())
         .bind(silo.as_str())
-        .bind(now)
+        .bind(self.now())
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let released = sqlx::query("DELETE FROM activations WHERE cluster = $1 AND silo = $2")
-            .bind(cluster.as_str())
-            .bind(silo.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        if known == 0 {
+            return Ok(None);
+        }
+        let released = sqlx::query(
+            "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain IN (
+                SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3)",
+        )
+        .bind(cluster.as_str())
+        .bind(silo.as_str())
+        .bind(i64::from(RELEASE_CHUNK))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let release_pending = released >= u64::from(RELEASE_CHUNK);
+        if !release_pending {
+            sqlx::query("UPDATE silos SET released = true WHERE cluster = $1 AND silo = $2")
+                .bind(cluster.as_str())
+                .bind(silo.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
-        Ok((known == 1).then_some(released))
+        Ok(Some(Departure {
+            released,
+            release_pending,
+        }))
     }
 
-    async fn lookup(
+    async fn try_lookup(
         &self,
         cluster: &ClusterName,
         grains: &[GrainId],
-        now: Millis,
     ) -> Result<Vec<Located>, StoreError> {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
         let rows = sqlx::query(
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
-                    silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $4), $3) AS live
+                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                 COALESCE($3::int8, oracle_now_ms()), $4) AS live
              FROM activations a
              JOIN silos s ON s.cluster = a.cluster AND s.silo = a.silo
              JOIN clusters c ON c.name = a.cluster
@@ -298,8 +522,8 @@ impl Store for PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(&names)
-        .bind(now)
-        .bind(self.default_silo_ttl_ms)
+        .bind(self.now())
+        .bind(self.reachable_for())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -312,16 +536,17 @@ impl Store for PostgresStore {
             .collect()
     }
 
-    async fn register(
+    async fn try_register(
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
-        now: Millis,
     ) -> Result<Vec<Registration>, StoreError> {
         // Rows are written in grain order so that two replicas registering overlapping batches
         // always lock in the same order and cannot deadlock.
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_by(|&a, &b| entries[a].grain.cmp(&entries[b].grain));
+        let now = self.now();
+        let reachable_for = self.reachable_for();
 
         let (stale_grains, stale_epochs): (Vec<&str>, Vec<i64>) = order
             .iter()
@@ -334,6 +559,7 @@ impl Store for PostgresStore {
             // An entry is released only once its silo is marked dead — by this statement, under the
             // silo row's lock, or before it. A heartbeat racing in for that silo then finds it dead
             // and is refused, so a silo can never keep running a grain the directory gave away.
+            // The silo's other entries go with the sweep's release.
             sqlx::query(
                 "WITH stale AS (
                     SELECT a.grain, a.silo FROM activations a
@@ -342,12 +568,13 @@ impl Store for PostgresStore {
                     WHERE a.cluster = $1
                  ),
                  dead AS (
-                    UPDATE silos s SET status = 'dead', dead_since_ms = $4
+                    UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($4::int8, oracle_now_ms())
                     FROM clusters c
                     WHERE s.cluster = $1 AND c.name = s.cluster
                       AND s.silo IN (SELECT silo FROM stale)
                       AND s.status <> 'dead'
-                      AND NOT silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $5), $4)
+                      AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                           COALESCE($4::int8, oracle_now_ms()), $5)
                     RETURNING s.silo
                  )
                  DELETE FROM activations a USING stale, silos s
@@ -359,7 +586,7 @@ impl Store for PostgresStore {
             .bind(&stale_grains)
             .bind(&stale_epochs)
             .bind(now)
-            .bind(self.default_silo_ttl_ms)
+            .bind(reachable_for)
             .execute(&self.pool)
             .await?;
         }
@@ -367,16 +594,24 @@ impl Store for PostgresStore {
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
         let silos: Vec<&str> = order.iter().map(|&i| entries[i].silo.as_str()).collect();
         let strategies: Vec<&str> = order.iter().map(|&i| entries[i].strategy).collect();
+        // `FOR SHARE OF s`: the chosen silo's row stays locked until the insert commits, so a
+        // concurrent death (which updates that row) either commits first — and this statement,
+        // having waited for it, re-checks the row and finds the silo dead — or waits for this
+        // insert and then releases the new entry with the silo's others. Without the lock, a
+        // registration could commit on a silo whose death was already under way.
         let rows = sqlx::query(
-            "WITH ttl AS (SELECT COALESCE((SELECT silo_ttl_ms FROM clusters WHERE name = $1), $6) AS ms),
-             inserted AS (
+            "WITH inserted AS (
                 INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
-                SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'), $5
+                SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'),
+                       COALESCE($5::int8, oracle_now_ms())
                 FROM UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(grain, silo, strategy, position)
                 JOIN silos s ON s.cluster = $1 AND s.silo = n.silo
-                CROSS JOIN ttl
-                WHERE s.status = 'active' AND silo_is_live(s.status, s.last_heartbeat_ms, ttl.ms, $5)
+                JOIN clusters c ON c.name = $1
+                WHERE s.status = 'active'
+                  AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                   COALESCE($5::int8, oracle_now_ms()), $6)
                 ORDER BY n.position
+                FOR SHARE OF s
                 ON CONFLICT (cluster, grain) DO NOTHING
                 RETURNING grain, silo, strategy, epoch, created_ms
              )
@@ -388,7 +623,7 @@ impl Store for PostgresStore {
         .bind(&silos)
         .bind(&strategies)
         .bind(now)
-        .bind(self.default_silo_ttl_ms)
+        .bind(reachable_for)
         .fetch_all(&self.pool)
         .await;
         let rows = match rows {
@@ -414,7 +649,7 @@ impl Store for PostgresStore {
             .collect();
         let mut winners: HashMap<String, Located> = HashMap::new();
         if !lost.is_empty() {
-            for located in self.lookup(cluster, &lost, now).await? {
+            for located in self.try_lookup(cluster, &lost).await? {
                 winners.insert(located.activation.grain.clone(), located);
             }
         }
@@ -431,14 +666,13 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    async fn put_pool(
+    async fn try_put_pool(
         &self,
         cluster: &ClusterName,
         name: &PoolName,
         pool: &Pool,
-        now: Millis,
     ) -> Result<(), StoreError> {
-        self.ensure_cluster(cluster, now).await?;
+        self.ensure_cluster(cluster).await?;
         sqlx::query(
             "INSERT INTO pools (cluster, pool, definition) VALUES ($1, $2, $3)
              ON CONFLICT (cluster, pool) DO UPDATE SET definition = EXCLUDED.definition",
@@ -451,21 +685,21 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn pool(
+    async fn try_pool(
         &self,
         cluster: &ClusterName,
         name: &PoolName,
     ) -> Result<Option<Pool>, StoreError> {
-        let definition: Option<Json<Pool>> =
+        let definition: Option<serde_json::Value> =
             sqlx::query_scalar("SELECT definition FROM pools WHERE cluster = $1 AND pool = $2")
                 .bind(cluster.as_str())
                 .bind(name.as_str())
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(definition.map(|Json(pool)| pool))
+        definition.map(decode_stored).transpose()
     }
 
-    async fn next_round_robin(
+    async fn try_next_round_robin(
         &self,
         cluster: &ClusterName,
         name: &PoolName,
@@ -481,16 +715,15 @@ impl Store for PostgresStore {
         Ok(before.map(|n| u64::try_from(n).unwrap_or(0)))
     }
 
-    async fn deactivate(
+    async fn try_deactivate(
         &self,
         cluster: &ClusterName,
         grain: &GrainId,
         silo: &SiloId,
-        epoch: Option<i64>,
+        epoch: i64,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "DELETE FROM activations WHERE cluster = $1 AND grain = $2 AND silo = $3
-               AND ($4::int8 IS NULL OR epoch = $4)",
+            "DELETE FROM activations WHERE cluster = $1 AND grain = $2 AND silo = $3 AND epoch = $4",
         )
         .bind(cluster.as_str())
         .bind(grain.as_str())
@@ -501,17 +734,19 @@ impl Store for PostgresStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn activations_on(
+    async fn try_activations_on(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Activation>, StoreError> {
+        // Seeks from the cursor (grain ids are never empty, so '' is before every one): one plan
+        // for the first page and every later one, an index range scan either way.
         let rows = sqlx::query(
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms
              FROM activations a JOIN silos s ON s.cluster = a.cluster AND s.silo = a.silo
-             WHERE a.cluster = $1 AND a.silo = $2 AND ($3::text IS NULL OR a.grain > $3)
+             WHERE a.cluster = $1 AND a.silo = $2 AND a.grain > COALESCE($3, '')
              ORDER BY a.grain LIMIT $4",
         )
         .bind(cluster.as_str())
@@ -523,52 +758,116 @@ impl Store for PostgresStore {
         rows.iter().map(activation_from_row).collect()
     }
 
-    async fn reap(&self, now: Millis) -> Result<Vec<Reaped>, StoreError> {
+    async fn try_reap(&self) -> Result<Vec<Reaped>, StoreError> {
         let rows = sqlx::query(
-            "WITH dead AS (
-                UPDATE silos s SET status = 'dead', dead_since_ms = $1
-                FROM clusters c
-                WHERE c.name = s.cluster AND s.status <> 'dead'
-                  AND NOT silo_is_live(s.status, s.last_heartbeat_ms, COALESCE(c.silo_ttl_ms, $2), $1)
-                RETURNING s.cluster, s.silo
-             ),
-             released AS (
-                DELETE FROM activations a USING dead d
-                WHERE a.cluster = d.cluster AND a.silo = d.silo
-                RETURNING a.cluster, a.silo
-             )
-             SELECT d.cluster, d.silo,
-                    (SELECT count(*) FROM released r WHERE r.cluster = d.cluster AND r.silo = d.silo) AS released
-             FROM dead d",
+            "UPDATE silos s SET status = 'dead', dead_since_ms = t.now
+             FROM clusters c, (SELECT COALESCE($1::int8, oracle_now_ms()) AS now) t
+             WHERE c.name = s.cluster AND s.status <> 'dead'
+               AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, t.now, $2)
+             RETURNING s.cluster, s.silo",
         )
-        .bind(now)
-        .bind(self.default_silo_ttl_ms)
+        .bind(self.now())
+        .bind(self.reachable_for())
         .fetch_all(&self.pool)
         .await?;
-        // A registration that raced the sweep (it saw the silo alive a moment before) can leave an
-        // entry behind on a silo the sweep just marked dead. Lookups already ignore it; this drops it.
-        sqlx::query(
-            "DELETE FROM activations a USING silos s
-             WHERE s.cluster = a.cluster AND s.silo = a.silo AND s.status = 'dead'",
-        )
-        .execute(&self.pool)
-        .await?;
-        sqlx::query("DELETE FROM silos WHERE status = 'dead' AND dead_since_ms < $1")
-            .bind(now - DEAD_SILO_RETENTION_MS)
-            .execute(&self.pool)
-            .await?;
+        self.forget_expired().await?;
         rows.iter()
             .map(|row| {
                 Ok(Reaped {
                     cluster: row.try_get("cluster")?,
                     silo: row.try_get("silo")?,
-                    released: u64::try_from(row.try_get::<i64, _>("released")?).unwrap_or(0),
                 })
             })
             .collect()
     }
 
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
+    /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released,
+    /// keeping the newest dead generation per address, in one transaction: any reader sees either
+    /// the dead silo or its retired generation, never neither.
+    async fn forget_expired(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "DELETE FROM silos WHERE (cluster, silo) IN (
+                SELECT cluster, silo FROM silos
+                WHERE status = 'dead' AND released
+                  AND dead_since_ms < COALESCE($1::int8, oracle_now_ms()) - $2
+                LIMIT $3)
+             RETURNING cluster, silo",
+        )
+        .bind(self.now())
+        .bind(DEAD_SILO_RETENTION_MS)
+        .bind(FORGET_CHUNK)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut newest: HashMap<(String, String), i64> = HashMap::new();
+        for row in &rows {
+            let cluster: String = row.try_get("cluster")?;
+            let id: String = row.try_get("silo")?;
+            let id = SiloId::parse("silo", &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let (address, generation) = id.incarnation();
+            let entry = newest
+                .entry((cluster, address.to_owned()))
+                .or_insert(generation);
+            *entry = (*entry).max(generation);
+        }
+        let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
+        for ((cluster, address), generation) in newest {
+            clusters.push(cluster);
+            addresses.push(address);
+            generations.push(generation);
+        }
+        sqlx::query(
+            "INSERT INTO retired_generations (cluster, address, generation)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
+             ON CONFLICT (cluster, address)
+             DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
+        )
+        .bind(&clusters)
+        .bind(&addresses)
+        .bind(&generations)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn try_release_dead(&self, limit: u32) -> Result<u64, StoreError> {
+        // No entry can appear on a silo after its death commits (registration holds the silo row),
+        // so a dead silo found without entries is released for good.
+        let released: i64 = sqlx::query_scalar(
+            "WITH doomed AS (
+                SELECT a.cluster, a.grain FROM silos s
+                JOIN activations a ON a.cluster = s.cluster AND a.silo = s.silo
+                WHERE s.status = 'dead' AND NOT s.released
+                LIMIT $1
+             ),
+             gone AS (
+                DELETE FROM activations a USING doomed d
+                WHERE a.cluster = d.cluster AND a.grain = d.grain
+                RETURNING 1
+             )
+             SELECT count(*) FROM gone",
+        )
+        .bind(i64::from(limit))
+        .fetch_one(&self.pool)
+        .await?;
+        if released < i64::from(limit) {
+            sqlx::query(
+                "UPDATE silos s SET released = true
+                 WHERE s.status = 'dead' AND NOT s.released
+                   AND NOT EXISTS (SELECT 1 FROM activations a
+                                   WHERE a.cluster = s.cluster AND a.silo = s.silo)",
+            )
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(u64::try_from(released).unwrap_or(0))
+    }
+
+    async fn try_stats(&self) -> Result<StoreStats, StoreError> {
         let rows =
             sqlx::query("SELECT status, count(*) AS n FROM silos GROUP BY status ORDER BY status")
                 .fetch_all(&self.pool)
@@ -581,28 +880,35 @@ impl Store for PostgresStore {
                 silos_by_status.push((status, u64::try_from(n).unwrap_or(0)));
             }
         }
-        let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM activations")
-            .fetch_one(&self.pool)
-            .await?;
+        let entries: i64 = sqlx::query_scalar(
+            "SELECT CASE WHEN exact.n <= $1 THEN exact.n
+                         ELSE GREATEST((SELECT reltuples FROM pg_class WHERE oid = 'activations'::regclass)::int8, exact.n)
+                    END
+             FROM (SELECT count(*) AS n FROM (SELECT 1 FROM activations LIMIT $1 + 1) x) exact",
+        )
+        .bind(EXACT_COUNT_UP_TO)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(StoreStats {
             silos_by_status,
             directory_entries: u64::try_from(entries).unwrap_or(0),
         })
     }
 
-    async fn put_policy(
+    async fn try_put_policy(
         &self,
         cluster: &ClusterName,
         policy: &Policy,
         expected: Option<i64>,
-        now: Millis,
     ) -> Result<Result<i64, i64>, StoreError> {
         let ttl = policy
             .silo_ttl_ms
-            .map(|ttl| i64::try_from(ttl).unwrap_or(i64::MAX));
+            .map_or(self.settings.default_silo_ttl_ms, |ttl| {
+                i64::try_from(ttl).unwrap_or(i64::MAX)
+            });
         // The cluster may not exist yet (a policy written before any silo joins); create it at
         // version 0 so the conditional update below has a row to compare against.
-        self.ensure_cluster(cluster, now).await?;
+        self.ensure_cluster(cluster).await?;
         let updated: Option<i64> = sqlx::query_scalar(
             "UPDATE clusters SET policy = $2, silo_ttl_ms = $3, policy_version = policy_version + 1
              WHERE name = $1 AND ($4::int8 IS NULL OR policy_version = $4)
@@ -623,5 +929,177 @@ impl Store for PostgresStore {
                 .fetch_one(&self.pool)
                 .await?;
         Ok(Err(current))
+    }
+}
+
+/// Decodes a stored document (policy, pool) that a newer version may have written: fields this
+/// version does not know are kept in the database and ignored here (requests still refuse them).
+fn decode_stored<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, StoreError> {
+    crate::validation::from_stored_json(value).map_err(StoreError::Corrupt)
+}
+
+/// A deadlock between two statements locking silo rows in opposite orders is rare and safe to
+/// retry: answered as contention (503 with Retry-After), not as an outage.
+fn deadlock_as_contention<T>(outcome: Result<T, StoreError>) -> Result<T, StoreError> {
+    match outcome {
+        Err(StoreError::Database(error)) if matches!(error.as_ref(), sqlx::Error::Database(db) if db.code().as_deref() == Some(DEADLOCK_DETECTED)) => {
+            Err(StoreError::Contended(1))
+        }
+        other => other,
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.health
+            .guard(async {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn record_heartbeat(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        update: &HeartbeatUpdate<'_>,
+    ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError> {
+        self.health
+            .guard(self.try_record_heartbeat(cluster, silo, update))
+            .await
+    }
+
+    async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
+        self.health.guard(self.try_membership(cluster)).await
+    }
+
+    async fn silos(
+        &self,
+        cluster: &ClusterName,
+        after: Option<&SiloId>,
+        limit: u32,
+    ) -> Result<Option<SiloPage>, StoreError> {
+        self.health
+            .guard(self.try_silos(cluster, after, limit))
+            .await
+    }
+
+    async fn silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        self.health.guard(self.try_silo(cluster, silo)).await
+    }
+
+    async fn remove_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<Departure>, StoreError> {
+        let outcome = self.health.guard(self.try_remove_silo(cluster, silo)).await;
+        deadlock_as_contention(outcome)
+    }
+
+    async fn lookup(
+        &self,
+        cluster: &ClusterName,
+        grains: &[GrainId],
+    ) -> Result<Vec<Located>, StoreError> {
+        self.health.guard(self.try_lookup(cluster, grains)).await
+    }
+
+    async fn register(
+        &self,
+        cluster: &ClusterName,
+        entries: &[NewActivation],
+    ) -> Result<Vec<Registration>, StoreError> {
+        let outcome = self.health.guard(self.try_register(cluster, entries)).await;
+        deadlock_as_contention(outcome)
+    }
+
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+    ) -> Result<(), StoreError> {
+        self.health
+            .guard(self.try_put_pool(cluster, name, pool))
+            .await
+    }
+
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError> {
+        self.health.guard(self.try_pool(cluster, name)).await
+    }
+
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError> {
+        self.health
+            .guard(self.try_next_round_robin(cluster, name))
+            .await
+    }
+
+    async fn deactivate(
+        &self,
+        cluster: &ClusterName,
+        grain: &GrainId,
+        silo: &SiloId,
+        epoch: i64,
+    ) -> Result<bool, StoreError> {
+        self.health
+            .guard(self.try_deactivate(cluster, grain, silo, epoch))
+            .await
+    }
+
+    async fn activations_on(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError> {
+        self.health
+            .guard(self.try_activations_on(cluster, silo, after, limit))
+            .await
+    }
+
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+        let outcome = self.health.guard(self.try_reap()).await;
+        deadlock_as_contention(outcome)
+    }
+
+    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError> {
+        self.health.guard(self.try_release_dead(limit)).await
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.health.guard(self.try_stats()).await
+    }
+
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+    ) -> Result<Result<i64, i64>, StoreError> {
+        self.health
+            .guard(self.try_put_policy(cluster, policy, expected))
+            .await
     }
 }

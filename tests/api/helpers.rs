@@ -9,10 +9,11 @@ use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
+use placement_oracle::clock::MonotonicClock;
 use placement_oracle::oracle::Oracle;
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
-use placement_oracle::store::Store;
+use placement_oracle::store::{Store, StoreSettings, StoreTime};
 use placement_oracle::{app, telemetry, AppState, Limits};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
@@ -94,7 +95,7 @@ impl TestDatabase {
     pub async fn create() -> Arc<Self> {
         let database = Self::create_empty().await;
         database
-            .store(1)
+            .store(1, &ManualClock::starting_at(START_MS))
             .await
             .migrate()
             .await
@@ -106,15 +107,39 @@ impl TestDatabase {
         format!("{}/{}", self.server, self.name)
     }
 
-    /// A store with its own pool on this database: one per oracle replica.
-    pub async fn store(&self, pool_size: u32) -> PostgresStore {
-        let pool = PgPoolOptions::new()
+    /// A store with its own pool on this database: one per oracle replica. Its time is `clock`
+    /// (the test's stand-in for the database clock: replicas of one test share it), which also
+    /// measures how long the database has been reachable.
+    pub async fn store(&self, pool_size: u32, clock: &ManualClock) -> PostgresStore {
+        PostgresStore::from_pool(
+            self.pool(pool_size).await,
+            StoreSettings::with_ttl(TTL_MS),
+            StoreTime::Clock(Arc::new(clock.clone())),
+            Arc::new(clock.clone()),
+        )
+    }
+
+    /// A store on the database's own clock, as in production.
+    pub async fn store_on_database_clock(
+        &self,
+        pool_size: u32,
+        settings: StoreSettings,
+    ) -> PostgresStore {
+        PostgresStore::from_pool(
+            self.pool(pool_size).await,
+            settings,
+            StoreTime::Database,
+            Arc::new(MonotonicClock::default()),
+        )
+    }
+
+    async fn pool(&self, pool_size: u32) -> sqlx::PgPool {
+        PgPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(Duration::from_secs(30))
             .connect(&self.url())
             .await
-            .expect("connect to the test database");
-        PostgresStore::from_pool(pool, TTL_MS)
+            .expect("connect to the test database")
     }
 }
 
@@ -173,38 +198,57 @@ async fn drop_leftovers(admin: &mut PgConnection) {
     }
 }
 
+/// An embedded store on `clock`.
+pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new(
+        StoreSettings::with_ttl(TTL_MS),
+        Arc::new(clock.clone()),
+    ))
+}
+
 impl TestApp {
     pub async fn new(backend: Backend) -> Self {
+        let clock = ManualClock::starting_at(START_MS);
         match backend {
             Backend::Memory => Self::with_store(
-                Arc::new(MemoryStore::new(TTL_MS)),
+                memory_store(&clock),
                 None,
                 unique_cluster(),
                 42,
                 1_048_576,
+                clock,
             ),
             Backend::Postgres => {
                 let database = TestDatabase::create().await;
-                let store = Arc::new(database.store(4).await);
-                Self::with_store(store, Some(database), unique_cluster(), 42, 1_048_576)
+                let store = Arc::new(database.store(4, &clock).await);
+                Self::with_store(
+                    store,
+                    Some(database),
+                    unique_cluster(),
+                    42,
+                    1_048_576,
+                    clock,
+                )
             }
         }
     }
 
-    /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`, its
-    /// clock at [`START_MS`]. Several on one Postgres store act as several oracle replicas.
+    /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`; `clock`
+    /// is the store's (what the test moves). Several on one Postgres database act as several
+    /// oracle replicas.
     pub fn with_store(
         store: Arc<dyn Store>,
         database: Option<Arc<TestDatabase>>,
         cluster: String,
         seed: u64,
         body_limit_bytes: usize,
+        clock: ManualClock,
     ) -> Self {
         let limits = Limits {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
         };
-        Self::build(store, database, cluster, seed, limits)
+        Self::build(store, database, cluster, seed, limits, clock)
     }
 
     /// An embedded-store app that answers every request within `timeout`.
@@ -213,12 +257,14 @@ impl TestApp {
             request_timeout: timeout,
             body_limit_bytes: 1 << 20,
         };
+        let clock = ManualClock::starting_at(START_MS);
         Self::build(
-            Arc::new(MemoryStore::new(TTL_MS)),
+            memory_store(&clock),
             None,
             unique_cluster(),
             1,
             limits,
+            clock,
         )
     }
 
@@ -228,9 +274,9 @@ impl TestApp {
         cluster: String,
         seed: u64,
         limits: Limits,
+        clock: ManualClock,
     ) -> Self {
-        let clock = ManualClock::starting_at(START_MS);
-        let oracle = Arc::new(Oracle::new(store, Arc::new(clock.clone()), Some(seed)));
+        let oracle = Arc::new(Oracle::new(store, Some(seed)));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),

@@ -1,13 +1,11 @@
 //! Bad input: always a 4xx problem+json naming what is wrong, never a 5xx, and nothing changed.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
-use placement_oracle::store::memory::MemoryStore;
+use placement_oracle::clock::ManualClock;
 use serde_json::{json, Value};
 
-use crate::helpers::{unique_cluster, Backend, TestApp, TTL_MS};
+use crate::helpers::{memory_store, unique_cluster, Backend, TestApp, START_MS};
 
 async fn app() -> TestApp {
     let app = TestApp::new(Backend::Memory).await;
@@ -192,12 +190,14 @@ async fn malformed_json_wrong_content_type_and_oversized_bodies_get_problems() {
         .await
         .problem(StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
+    let clock = ManualClock::starting_at(START_MS);
     let small = TestApp::with_store(
-        Arc::new(MemoryStore::new(TTL_MS)),
+        memory_store(&clock),
         None,
         unique_cluster(),
         1,
         1_024,
+        clock,
     );
     let big = json!({ "silo": "b@1", "metadata": { "k": "v".repeat(2_000) } });
     small

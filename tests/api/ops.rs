@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
+use placement_oracle::clock::ManualClock;
 use placement_oracle::config::Config;
-use placement_oracle::store::memory::MemoryStore;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, TTL_MS};
+use crate::helpers::{memory_store, unique_cluster, Backend, TestApp, TestDatabase, START_MS};
 
 #[tokio::test]
 async fn health_and_readiness_name_the_store() {
@@ -36,7 +36,8 @@ async fn health_and_readiness_name_the_store() {
 #[tokio::test]
 async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
     let database = TestDatabase::create().await;
-    let store = database.store(1).await;
+    let clock = ManualClock::starting_at(START_MS);
+    let store = database.store(1, &clock).await;
     store.pool().close().await;
     let app = TestApp::with_store(
         Arc::new(store),
@@ -44,6 +45,7 @@ async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
         unique_cluster(),
         1,
         1 << 20,
+        clock,
     );
     let ready = app.send(Method::GET, "/readyz", None).await;
     assert_eq!(
@@ -102,7 +104,7 @@ async fn the_server_serves_until_told_to_stop_then_returns() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(placement_oracle::serve(
         Config::defaults(),
-        Arc::new(MemoryStore::new(TTL_MS)),
+        memory_store(&ManualClock::starting_at(START_MS)),
         listener,
         async {
             let _ = stopped.await;

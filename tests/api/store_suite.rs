@@ -390,10 +390,12 @@ async fn a_graceful_leave_releases_the_silos_activations(backend: Backend) {
 async fn deactivation_only_removes_the_entry_on_the_named_silo(backend: Backend) {
     let app = TestApp::new(backend).await;
     app.heartbeat("a@1", json!({})).await;
-    app.place("user/alice").await;
+    let alice = app.place("user/alice").await["epoch"].as_i64().unwrap();
     app.heartbeat("b@1", json!({})).await;
 
-    let wrong = app.delete("/activations/user/alice?silo=b@1").await;
+    let wrong = app
+        .delete(&format!("/activations/user/alice?silo=b@1&epoch={alice}"))
+        .await;
     assert!(wrong.problem(StatusCode::CONFLICT)["detail"]
         .as_str()
         .unwrap()
@@ -404,12 +406,14 @@ async fn deactivation_only_removes_the_entry_on_the_named_silo(backend: Backend)
         "nothing was removed"
     );
 
-    let right = app.delete("/activations/user/alice?silo=a@1").await;
+    let right = app
+        .delete(&format!("/activations/user/alice?silo=a@1&epoch={alice}"))
+        .await;
     assert_eq!(right.status, StatusCode::NO_CONTENT);
     app.get("/activations/user/alice")
         .await
         .problem(StatusCode::NOT_FOUND);
-    app.delete("/activations/user/alice?silo=a@1")
+    app.delete(&format!("/activations/user/alice?silo=a@1&epoch={alice}"))
         .await
         .problem(StatusCode::NOT_FOUND);
 
@@ -431,6 +435,21 @@ async fn deactivation_only_removes_the_entry_on_the_named_silo(backend: Backend)
     assert_eq!(
         app.get("/activations/user/bob").await.body["epoch"],
         new["epoch"]
+    );
+}
+
+/// Issue 7, item 4: without an epoch, a late retry meant for an older activation removed the
+/// grain's newer one. The epoch is required now.
+async fn a_deactivation_must_name_the_epoch_it_ends(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    app.heartbeat("a@1", json!({})).await;
+    let placed = app.place("user/carol").await;
+    let missing = app.delete("/activations/user/carol?silo=a@1").await;
+    assert_eq!(missing.invalid_fields(), ["epoch"]);
+    assert_eq!(
+        app.get("/activations/user/carol").await.body["epoch"],
+        placed["epoch"],
+        "nothing was removed"
     );
 }
 
