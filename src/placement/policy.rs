@@ -200,3 +200,23 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod stored_tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_policy_with_fields_from_a_newer_version_decodes_without_them() {
+        let stored = serde_json::json!({
+            "default_strategy": "random",
+            "from_the_future": { "x": 1 },
+            "grain_types": { "user": { "strategy": "hash_based", "also_new": true } }
+        });
+        let policy: Policy = crate::validation::from_stored_json(stored).unwrap();
+        assert_eq!(policy.default_strategy, Strategy::Random);
+        assert_eq!(
+            policy.grain_types["user"].strategy,
+            Some(Strategy::HashBased)
+        );
+    }
+}

@@ -107,6 +107,22 @@ impl TestDatabase {
         format!("{}/{}", self.server, self.name)
     }
 
+    /// The same database reached through `127.0.0.1:{port}` (a proxy in front of the server).
+    pub fn url_via(&self, port: u16) -> String {
+        let (scheme, rest) = self.server.split_once("://").unwrap();
+        let user = rest.rsplit_once('@').map_or("", |(user, _)| user);
+        let at = if user.is_empty() { "" } else { "@" };
+        format!("{scheme}://{user}{at}127.0.0.1:{port}/{}", self.name)
+    }
+
+    /// The server's `host:port`.
+    pub fn server_address(&self) -> String {
+        let rest = self.server.split_once("://").unwrap().1;
+        rest.rsplit_once('@')
+            .map_or(rest, |(_, host)| host)
+            .to_owned()
+    }
+
     /// A store with its own pool on this database: one per oracle replica. Its time is `clock`
     /// (the test's stand-in for the database clock: replicas of one test share it), which also
     /// measures how long the database has been reachable.
@@ -140,6 +156,24 @@ impl TestDatabase {
             .connect(&self.url())
             .await
             .expect("connect to the test database")
+    }
+
+    /// A store reaching the database through the proxy on `port`, with a short connection wait (as
+    /// production's default) so that an outage is noticed quickly; its time is `clock`.
+    pub async fn store_via(&self, port: u16, clock: &ManualClock) -> PostgresStore {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_millis(500))
+            .test_before_acquire(false)
+            .connect(&self.url_via(port))
+            .await
+            .expect("connect through the proxy");
+        PostgresStore::from_pool(
+            pool,
+            StoreSettings::with_ttl(TTL_MS),
+            StoreTime::Clock(Arc::new(clock.clone())),
+            Arc::new(clock.clone()),
+        )
     }
 }
 
@@ -207,6 +241,38 @@ pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
 }
 
 impl TestApp {
+    /// An app whose store has these settings (limits, default TTL).
+    pub async fn with_settings(backend: Backend, settings: StoreSettings) -> Self {
+        let clock = ManualClock::starting_at(START_MS);
+        match backend {
+            Backend::Memory => Self::with_store(
+                Arc::new(MemoryStore::new(settings, Arc::new(clock.clone()))),
+                None,
+                unique_cluster(),
+                42,
+                1_048_576,
+                clock,
+            ),
+            Backend::Postgres => {
+                let database = TestDatabase::create().await;
+                let store = PostgresStore::from_pool(
+                    database.pool(4).await,
+                    settings,
+                    StoreTime::Clock(Arc::new(clock.clone())),
+                    Arc::new(clock.clone()),
+                );
+                Self::with_store(
+                    Arc::new(store),
+                    Some(database),
+                    unique_cluster(),
+                    42,
+                    1_048_576,
+                    clock,
+                )
+            }
+        }
+    }
+
     pub async fn new(backend: Backend) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         match backend {

@@ -5,11 +5,25 @@
 //! keeps the committed spec in step with the code; `ops` covers health, readiness, metrics and
 //! graceful shutdown.
 
+/// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
+macro_rules! for_both_stores {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test] async fn $test() { super::$test(super::Backend::Memory).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $test() { super::$test(super::Backend::Postgres).await })*
+        }
+    };
+}
+
 mod dns;
 mod helpers;
 mod inputs;
 mod openapi;
 mod ops;
+mod proxy;
 mod replicas;
+mod single_activation;
 mod store_suite;
 mod strategies;

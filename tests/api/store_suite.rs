@@ -8,18 +8,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::{Backend, TestApp, START_MS, TTL_MS};
 
-/// Runs each listed test once per store: `store_suite::memory::…` and `store_suite::postgres::…`.
-macro_rules! for_both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod memory {
-            $(#[tokio::test] async fn $test() { super::$test(super::Backend::Memory).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $test() { super::$test(super::Backend::Postgres).await })*
-        }
-    };
-}
-
 for_both_stores!(
     a_first_heartbeat_creates_the_cluster_and_the_silo,
     heartbeats_are_stamped_with_the_oracle_clock_and_smoothed,
@@ -33,6 +21,7 @@ for_both_stores!(
     a_silo_status_only_moves_forward,
     a_graceful_leave_releases_the_silos_activations,
     deactivation_only_removes_the_entry_on_the_named_silo,
+    a_deactivation_must_name_the_epoch_it_ends,
     a_silos_activations_are_listed_in_pages,
     a_batch_places_many_grains_with_one_result_each,
     the_policy_is_versioned_and_every_bad_field_named,
