@@ -24,7 +24,8 @@
 # It does not build (another build may be running): it needs ./target/release/placement-oracle.
 # Needs wrk (apt-get install wrk), python3 (standard library only), psql, and a Postgres that lets
 # the user create databases (SCALE_DATABASE_SERVER, default postgres://postgres@127.0.0.1:5432).
-# The database placement_oracle_scale is dropped and created anew on every run.
+# The database placement_oracle_scale is dropped and created anew on every run, and dropped again
+# after a successful run (about 3 GB) unless KEEP_DATABASE=1; after a failure it is kept to look at.
 #
 # Membership is made over HTTP (heartbeats), as in life. The directory is filled by direct SQL
 # instead: 10 million placements over HTTP would take hours on the 2-core machine, and what is
@@ -87,12 +88,18 @@ DATABASE_URL="$DB" ORACLE_LISTEN="127.0.0.1:$PORT" ORACLE_SILO_TTL_MS=$LONG_TTL_
   "$ORACLE_BIN" serve >"$WORK/oracle.log" 2>&1 &
 ORACLE=$!
 HEARTBEATS=
+DONE=
 cleanup() {
   # Stop what this script started, by pid: the heartbeat loop (also told by its stop file, and it
   # stops by itself after its time limit anyway), then the oracle.
   touch "$WORK/stop"
-  [ -n "$HEARTBEATS" ] && { kill "$HEARTBEATS" 2>/dev/null; wait "$HEARTBEATS" 2>/dev/null || true; }
+  if [ -n "$HEARTBEATS" ]; then kill "$HEARTBEATS" 2>/dev/null; wait "$HEARTBEATS" 2>/dev/null || true; fi
   kill "$ORACLE" 2>/dev/null; wait "$ORACLE" 2>/dev/null || true
+  if [ -n "$DONE" ] && [ "${KEEP_DATABASE:-0}" != 1 ]; then
+    psql "$SERVER/postgres" -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" || true
+  elif [ -z "$DONE" ]; then
+    echo "bench/scale.sh stopped early; database $DATABASE and logs in $WORK are kept" >&2
+  fi
 }
 trap cleanup EXIT
 BASE="http://127.0.0.1:$PORT"
@@ -172,7 +179,7 @@ table_size=$(sql -c "SELECT pg_size_pretty(pg_total_relation_size('activations')
 results+=$'\n'$(
   vacuum; known $SMALL $SMALL_GRAINS small-known
   vacuum; new $SMALL small-new
-  vacuum; known $LARGE $LARGE_GRAINS large-known
+  vacuum; known $LARGE "$LARGE_GRAINS" large-known
   vacuum; new $LARGE large-new
 )
 
@@ -230,10 +237,14 @@ label() {
     large-silos-page) echo "silo listing page after silo #$DEEP_SILO (limit $PAGE_LIMIT), large cluster" ;;
   esac
 }
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain -- src migrations Cargo.toml Cargo.lock 2>/dev/null)" ] && commit+=" with uncommitted changes"
 mkdir -p bench/results
 report="bench/results/scale-$(date -u +%Y%m%dT%H%M%SZ).md"
 {
   echo "placement-oracle scale benchmark — $(date -u +%F), $(nproc) cores, ${CONNECTIONS} connections, ${THREADS} wrk threads, ${WARMUP} s warm-up + ${DURATION} s per scenario, Postgres store"
+  echo
+  echo "Source tree at commit $commit; $ORACLE_BIN built $(date -u -r "$ORACLE_BIN" '+%F %T UTC')."
   echo
   echo "Large directory: $LARGE_GRAINS activations over $LARGE_SILOS silos (activations table with indexes: $table_size)."
   echo "Small directory: $SMALL_GRAINS activations over $SMALL_SILOS silos, same database and oracle."
@@ -268,3 +279,4 @@ report="bench/results/scale-$(date -u +%Y%m%dT%H%M%SZ).md"
 } | tee "$report"
 echo
 echo "written to $report"
+DONE=1

@@ -153,7 +153,9 @@ def cmd_fill_sql(a):
     for index, count in specials:
         start += count
         cases.append(f"WHEN g < {start} THEN {index} ")
-    steps.append(f"LATERAL (SELECT CASE {''.join(cases)}ELSE k{len(specials)} END AS i) AS s")
+    last = f"k{len(specials)}"
+    steps.append(f"LATERAL (SELECT CASE {''.join(cases)}ELSE {last} END AS i) AS s" if cases
+                 else f"LATERAL (SELECT {last} AS i) AS s")
     joins = ",\n     ".join(steps)
 
     print("\\set ON_ERROR_STOP on")
@@ -220,8 +222,8 @@ def cmd_heartbeats(a):
         try:
             status, _, body = local.api.request(
                 "POST", f"/v1/clusters/{a.cluster}/heartbeats", heartbeat_body(silo, a.activation_count))
-        except OSError as error:
-            status, body = None, str(error)
+        except Exception as error:  # noqa: BLE001 — a failed beat is counted, never fatal
+            status, body = None, repr(error)
         if status != 200:
             with lock:
                 if status == 409:

@@ -161,19 +161,37 @@ impl TestDatabase {
     /// A store reaching the database through the proxy on `port`, with a short connection wait (as
     /// production's default) so that an outage is noticed quickly; its time is `clock`.
     pub async fn store_via(&self, port: u16, clock: &ManualClock) -> PostgresStore {
-        let pool = PgPoolOptions::new()
+        PostgresStore::from_pool(
+            self.pool_via(port).await,
+            StoreSettings::with_ttl(TTL_MS),
+            StoreTime::Clock(Arc::new(clock.clone())),
+            Arc::new(clock.clone()),
+        )
+    }
+
+    /// A store reaching the database through the proxy on `port`, on the database's clock, as in
+    /// production.
+    pub async fn store_via_on_database_clock(
+        &self,
+        port: u16,
+        settings: StoreSettings,
+    ) -> PostgresStore {
+        PostgresStore::from_pool(
+            self.pool_via(port).await,
+            settings,
+            StoreTime::Database,
+            Arc::new(MonotonicClock::default()),
+        )
+    }
+
+    async fn pool_via(&self, port: u16) -> sqlx::PgPool {
+        PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_millis(500))
             .test_before_acquire(false)
             .connect(&self.url_via(port))
             .await
-            .expect("connect through the proxy");
-        PostgresStore::from_pool(
-            pool,
-            StoreSettings::with_ttl(TTL_MS),
-            StoreTime::Clock(Arc::new(clock.clone())),
-            Arc::new(clock.clone()),
-        )
+            .expect("connect through the proxy")
     }
 }
 

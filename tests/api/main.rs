@@ -18,6 +18,7 @@ macro_rules! for_both_stores {
 }
 
 mod dns;
+mod faults;
 mod helpers;
 mod inputs;
 mod openapi;
