@@ -97,32 +97,6 @@ pub fn token(field: &str, value: &str, max_bytes: usize) -> Result<(), Invalid> 
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_reject_nul_and_overlong_values_naming_the_field() {
-        assert_eq!(label("role", "a\0b", 10).unwrap_err().0[0].field, "role");
-        assert!(label("role", &"x".repeat(11), 10).is_err());
-        assert!(label("role", "", 10).is_err());
-        assert!(label("role", "front end", 10).is_ok());
-        assert!(token("silo", "front end", 10).is_err());
-    }
-
-    #[test]
-    fn violations_report_every_error_at_once() {
-        let mut v = Violations::default();
-        v.check(label("a", "", 1));
-        v.check(label("b", "\n", 1));
-        let errors = v.finish(|| ()).unwrap_err().0;
-        assert_eq!(
-            errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
-    }
-}
-
 /// Most unknown fields [`from_stored_json`] drops from one document.
 const MAX_UNKNOWN_STORED_FIELDS: usize = 256;
 
@@ -175,5 +149,31 @@ fn remove_at(value: &mut serde_json::Value, path: &serde_path_to_error::Path) ->
     match at {
         serde_json::Value::Object(map) => map.remove(last).is_some(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_reject_nul_and_overlong_values_naming_the_field() {
+        assert_eq!(label("role", "a\0b", 10).unwrap_err().0[0].field, "role");
+        assert!(label("role", &"x".repeat(11), 10).is_err());
+        assert!(label("role", "", 10).is_err());
+        assert!(label("role", "front end", 10).is_ok());
+        assert!(token("silo", "front end", 10).is_err());
+    }
+
+    #[test]
+    fn violations_report_every_error_at_once() {
+        let mut v = Violations::default();
+        v.check(label("a", "", 1));
+        v.check(label("b", "\n", 1));
+        let errors = v.finish(|| ()).unwrap_err().0;
+        assert_eq!(
+            errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
     }
 }

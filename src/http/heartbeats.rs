@@ -211,10 +211,11 @@ impl HeartbeatRequest {
     responses(
         (status = 200, description = "The silo as the oracle now sees it", body = SiloResponse),
         (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The silo was declared dead (rejoin under a new id) or its status moved backwards", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The silo was declared dead or is not newer than a dead generation at its address (rejoin under a newer generation), its status moved backwards, or a new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A new silo in a cluster at ORACLE_MAX_SILOS_PER_CLUSTER; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]

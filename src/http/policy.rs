@@ -96,6 +96,7 @@ pub async fn get_policy(
     responses(
         (status = 200, description = "The new policy", body = PolicyResponse, headers(("ETag" = String, description = "The new version, quoted"))),
         (status = 400, description = "Malformed JSON or If-Match", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "The policy changed since it was read", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),

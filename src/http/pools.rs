@@ -58,6 +58,7 @@ fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError>
     responses(
         (status = 200, description = "The pool as stored", body = Pool),
         (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),

@@ -74,7 +74,7 @@ impl Oracle {
                 .await
                 .inspect_err(|_| metric::store_error("release_dead"))?;
             released += chunk;
-            if chunk < u64::from(RELEASE_CHUNK) || started.elapsed() >= RELEASE_BUDGET {
+            if chunk == 0 || started.elapsed() >= RELEASE_BUDGET {
                 return Ok(released);
             }
         }

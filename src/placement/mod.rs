@@ -370,6 +370,10 @@ pub fn candidates<'v>(
     let all_compatible = compatible(view, grain_type);
     let no_metadata = BTreeMap::new();
     let local_metadata = local.map_or(&no_metadata, |l| &l.profile.metadata);
+    if request.filters.is_empty() && request.strategy != Strategy::SiloRole {
+        // The common case, without copying the candidate list (a decision among 1,000 silos).
+        return Ok((all_compatible, Vec::new()));
+    }
     let (compatible, filter_effects) =
         filters::apply(request.filters, local_metadata, all_compatible.clone());
     if compatible.is_empty() && !all_compatible.is_empty() {
@@ -460,6 +464,7 @@ pub fn place(
                 &candidates,
                 local,
                 &request.options.resource_optimized,
+                request.explain,
                 rng,
             ),
         },

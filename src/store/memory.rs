@@ -247,7 +247,7 @@ impl Store for MemoryStore {
                     .cloned()
                     .collect(),
             ),
-            policy: state.policy.clone(),
+            policy: Arc::new(state.policy.clone()),
             policy_version: state.policy_version,
         }))
     }

@@ -166,7 +166,8 @@ pub struct Membership {
     pub liveness: Liveness,
     /// Ordered by silo id.
     pub silos: Arc<Vec<SiloRecord>>,
-    pub policy: Policy,
+    /// Shared, so that a cached read is judged anew (a fresh `liveness`) without copying it.
+    pub policy: Arc<Policy>,
     pub policy_version: i64,
 }
 
@@ -410,8 +411,8 @@ pub trait Store: Send + Sync + 'static {
     /// generation). Idempotent; replicas may race on it.
     async fn reap(&self) -> Result<Vec<Reaped>, StoreError>;
 
-    /// Releases up to `limit` directory entries of dead silos; returns how many. Idempotent;
-    /// replicas may race on it.
+    /// Releases up to `limit` directory entries of a dead silo; returns how many, 0 when no dead
+    /// silo has any left. Idempotent; replicas may race on it.
     async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
 
     /// Counts for metrics.

@@ -399,7 +399,7 @@ impl PostgresStore {
         Ok(Some(Membership {
             liveness,
             silos: Arc::new(silos),
-            policy,
+            policy: Arc::new(policy),
             policy_version,
         }))
     }
@@ -481,8 +481,8 @@ impl PostgresStore {
             return Ok(None);
         }
         let released = sqlx::query(
-            "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain IN (
-                SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3)",
+            "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
+                SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
         )
         .bind(cluster.as_str())
         .bind(silo.as_str())
@@ -515,10 +515,11 @@ impl PostgresStore {
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
                     silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
                                  COALESCE($3::int8, oracle_now_ms()), $4) AS live
-             FROM activations a
-             JOIN silos s ON s.cluster = a.cluster AND s.silo = a.silo
-             JOIN clusters c ON c.name = a.cluster
-             WHERE a.cluster = $1 AND a.grain = ANY($2)",
+             FROM clusters c
+             JOIN activations a ON a.cluster = c.name
+             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
+                           WHERE s.cluster = a.cluster AND s.silo = a.silo LIMIT 1) s ON true
+             WHERE c.name = $1 AND a.cluster = $1 AND a.grain = ANY($2)",
         )
         .bind(cluster.as_str())
         .bind(&names)
@@ -562,10 +563,10 @@ impl PostgresStore {
             // The silo's other entries go with the sweep's release.
             sqlx::query(
                 "WITH stale AS (
-                    SELECT a.grain, a.silo FROM activations a
-                    JOIN UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
-                      ON a.grain = s.grain AND a.epoch = s.epoch
-                    WHERE a.cluster = $1
+                    SELECT a.grain, a.silo FROM UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
+                    CROSS JOIN LATERAL (SELECT a.grain, a.silo FROM activations a
+                                        WHERE a.cluster = $1 AND a.grain = s.grain AND a.epoch = s.epoch
+                                        LIMIT 1) a
                  ),
                  dead AS (
                     UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($4::int8, oracle_now_ms())
@@ -577,10 +578,11 @@ impl PostgresStore {
                                            COALESCE($4::int8, oracle_now_ms()), $5)
                     RETURNING s.silo
                  )
-                 DELETE FROM activations a USING stale, silos s
-                 WHERE a.cluster = $1 AND a.grain = stale.grain AND a.silo = stale.silo
-                   AND s.cluster = a.cluster AND s.silo = a.silo
-                   AND (s.status = 'dead' OR s.silo IN (SELECT silo FROM dead))",
+                 DELETE FROM activations a
+                 WHERE a.cluster = $1 AND a.grain = ANY (ARRAY(SELECT grain FROM stale))
+                   AND (a.grain, a.silo) IN (SELECT grain, silo FROM stale)
+                   AND ((SELECT s.status FROM silos s WHERE s.cluster = $1 AND s.silo = a.silo) = 'dead'
+                        OR a.silo IN (SELECT silo FROM dead))",
             )
             .bind(cluster.as_str())
             .bind(&stale_grains)
@@ -594,7 +596,7 @@ impl PostgresStore {
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
         let silos: Vec<&str> = order.iter().map(|&i| entries[i].silo.as_str()).collect();
         let strategies: Vec<&str> = order.iter().map(|&i| entries[i].strategy).collect();
-        // `FOR SHARE OF s`: the chosen silo's row stays locked until the insert commits, so a
+        // `FOR SHARE`: the chosen silo's row stays locked until the insert commits, so a
         // concurrent death (which updates that row) either commits first — and this statement,
         // having waited for it, re-checks the row and finds the silo dead — or waits for this
         // insert and then releases the new entry with the silo's others. Without the lock, a
@@ -604,19 +606,24 @@ impl PostgresStore {
                 INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
                 SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'),
                        COALESCE($5::int8, oracle_now_ms())
-                FROM UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(grain, silo, strategy, position)
-                JOIN silos s ON s.cluster = $1 AND s.silo = n.silo
-                JOIN clusters c ON c.name = $1
-                WHERE s.status = 'active'
-                  AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                   COALESCE($5::int8, oracle_now_ms()), $6)
+                FROM clusters c
+                CROSS JOIN UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(grain, silo, strategy, position)
+                JOIN LATERAL (
+                    SELECT 1 FROM silos s
+                    WHERE s.cluster = $1 AND s.silo = n.silo AND s.status = 'active'
+                      AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                       COALESCE($5::int8, oracle_now_ms()), $6)
+                    LIMIT 1
+                    FOR SHARE
+                ) s ON true
+                WHERE c.name = $1
                 ORDER BY n.position
-                FOR SHARE OF s
                 ON CONFLICT (cluster, grain) DO NOTHING
                 RETURNING grain, silo, strategy, epoch, created_ms
              )
              SELECT i.grain, i.silo, s.address, i.strategy, i.epoch, i.created_ms
-             FROM inserted i JOIN silos s ON s.cluster = $1 AND s.silo = i.silo",
+             FROM inserted i
+             JOIN LATERAL (SELECT s.address FROM silos s WHERE s.cluster = $1 AND s.silo = i.silo LIMIT 1) s ON true",
         )
         .bind(cluster.as_str())
         .bind(&grains)
@@ -835,36 +842,46 @@ impl PostgresStore {
     }
 
     async fn try_release_dead(&self, limit: u32) -> Result<u64, StoreError> {
-        // No entry can appear on a silo after its death commits (registration holds the silo row),
-        // so a dead silo found without entries is released for good.
-        let released: i64 = sqlx::query_scalar(
-            "WITH doomed AS (
-                SELECT a.cluster, a.grain FROM silos s
-                JOIN activations a ON a.cluster = s.cluster AND a.silo = s.silo
-                WHERE s.status = 'dead' AND NOT s.released
-                LIMIT $1
-             ),
-             gone AS (
-                DELETE FROM activations a USING doomed d
-                WHERE a.cluster = d.cluster AND a.grain = d.grain
-                RETURNING 1
-             )
-             SELECT count(*) FROM gone",
-        )
-        .bind(i64::from(limit))
-        .fetch_one(&self.pool)
-        .await?;
-        if released < i64::from(limit) {
-            sqlx::query(
-                "UPDATE silos s SET released = true
-                 WHERE s.status = 'dead' AND NOT s.released
-                   AND NOT EXISTS (SELECT 1 FROM activations a
-                                   WHERE a.cluster = s.cluster AND a.silo = s.silo)",
+        // One dead silo at a time, by its key: every statement is an index range, whatever the
+        // planner knows about the tables. No entry can appear on a silo after its death commits
+        // (registration holds the silo row), so a dead silo found without entries is released for
+        // good.
+        loop {
+            let Some(row) = sqlx::query(
+                "SELECT cluster, silo FROM silos WHERE status = 'dead' AND NOT released LIMIT 1",
             )
+            .fetch_optional(&self.pool)
+            .await?
+            else {
+                return Ok(0);
+            };
+            let cluster: String = row.try_get("cluster")?;
+            let silo: String = row.try_get("silo")?;
+            let released = sqlx::query(
+                "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
+                    SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
+            )
+            .bind(&cluster)
+            .bind(&silo)
+            .bind(i64::from(limit))
             .execute(&self.pool)
-            .await?;
+            .await?
+            .rows_affected();
+            if released < u64::from(limit) {
+                sqlx::query(
+                    "UPDATE silos SET released = true
+                     WHERE cluster = $1 AND silo = $2 AND status = 'dead'
+                       AND (SELECT 1 FROM activations WHERE cluster = $1 AND silo = $2 LIMIT 1) IS NULL",
+                )
+                .bind(&cluster)
+                .bind(&silo)
+                .execute(&self.pool)
+                .await?;
+            }
+            if released > 0 {
+                return Ok(released);
+            }
         }
-        Ok(u64::try_from(released).unwrap_or(0))
     }
 
     async fn try_stats(&self) -> Result<StoreStats, StoreError> {

@@ -127,11 +127,10 @@ impl TestDatabase {
     /// (the test's stand-in for the database clock: replicas of one test share it), which also
     /// measures how long the database has been reachable.
     pub async fn store(&self, pool_size: u32, clock: &ManualClock) -> PostgresStore {
-        PostgresStore::from_pool(
+        store_on(
             self.pool(pool_size).await,
             StoreSettings::with_ttl(TTL_MS),
-            StoreTime::Clock(Arc::new(clock.clone())),
-            Arc::new(clock.clone()),
+            Some(clock),
         )
     }
 
@@ -141,12 +140,7 @@ impl TestDatabase {
         pool_size: u32,
         settings: StoreSettings,
     ) -> PostgresStore {
-        PostgresStore::from_pool(
-            self.pool(pool_size).await,
-            settings,
-            StoreTime::Database,
-            Arc::new(MonotonicClock::default()),
-        )
+        store_on(self.pool(pool_size).await, settings, None)
     }
 
     async fn pool(&self, pool_size: u32) -> sqlx::PgPool {
@@ -161,27 +155,20 @@ impl TestDatabase {
     /// A store reaching the database through the proxy on `port`, with a short connection wait (as
     /// production's default) so that an outage is noticed quickly; its time is `clock`.
     pub async fn store_via(&self, port: u16, clock: &ManualClock) -> PostgresStore {
-        PostgresStore::from_pool(
+        store_on(
             self.pool_via(port).await,
             StoreSettings::with_ttl(TTL_MS),
-            StoreTime::Clock(Arc::new(clock.clone())),
-            Arc::new(clock.clone()),
+            Some(clock),
         )
     }
 
-    /// A store reaching the database through the proxy on `port`, on the database's clock, as in
-    /// production.
+    /// A store reaching the database through the proxy on `port`, on the database's clock.
     pub async fn store_via_on_database_clock(
         &self,
         port: u16,
         settings: StoreSettings,
     ) -> PostgresStore {
-        PostgresStore::from_pool(
-            self.pool_via(port).await,
-            settings,
-            StoreTime::Database,
-            Arc::new(MonotonicClock::default()),
-        )
+        store_on(self.pool_via(port).await, settings, None)
     }
 
     async fn pool_via(&self, port: u16) -> sqlx::PgPool {
@@ -250,6 +237,29 @@ async fn drop_leftovers(admin: &mut PgConnection) {
     }
 }
 
+/// A Postgres store on `pool`: its time is `clock` (a test's stand-in for the database's clock,
+/// also measuring how long the database has been reachable), or the database's own without one.
+fn store_on(
+    pool: sqlx::PgPool,
+    settings: StoreSettings,
+    clock: Option<&ManualClock>,
+) -> PostgresStore {
+    match clock {
+        Some(clock) => PostgresStore::from_pool(
+            pool,
+            settings,
+            StoreTime::Clock(Arc::new(clock.clone())),
+            Arc::new(clock.clone()),
+        ),
+        None => PostgresStore::from_pool(
+            pool,
+            settings,
+            StoreTime::Database,
+            Arc::new(MonotonicClock::default()),
+        ),
+    }
+}
+
 /// An embedded store on `clock`.
 pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(
@@ -262,59 +272,22 @@ impl TestApp {
     /// An app whose store has these settings (limits, default TTL).
     pub async fn with_settings(backend: Backend, settings: StoreSettings) -> Self {
         let clock = ManualClock::starting_at(START_MS);
-        match backend {
-            Backend::Memory => Self::with_store(
+        let (store, database): (Arc<dyn Store>, _) = match backend {
+            Backend::Memory => (
                 Arc::new(MemoryStore::new(settings, Arc::new(clock.clone()))),
                 None,
-                unique_cluster(),
-                42,
-                1_048_576,
-                clock,
             ),
             Backend::Postgres => {
                 let database = TestDatabase::create().await;
-                let store = PostgresStore::from_pool(
-                    database.pool(4).await,
-                    settings,
-                    StoreTime::Clock(Arc::new(clock.clone())),
-                    Arc::new(clock.clone()),
-                );
-                Self::with_store(
-                    Arc::new(store),
-                    Some(database),
-                    unique_cluster(),
-                    42,
-                    1_048_576,
-                    clock,
-                )
+                let store = store_on(database.pool(4).await, settings, Some(&clock));
+                (Arc::new(store), Some(database))
             }
-        }
+        };
+        Self::with_store(store, database, unique_cluster(), 42, 1_048_576, clock)
     }
 
     pub async fn new(backend: Backend) -> Self {
-        let clock = ManualClock::starting_at(START_MS);
-        match backend {
-            Backend::Memory => Self::with_store(
-                memory_store(&clock),
-                None,
-                unique_cluster(),
-                42,
-                1_048_576,
-                clock,
-            ),
-            Backend::Postgres => {
-                let database = TestDatabase::create().await;
-                let store = Arc::new(database.store(4, &clock).await);
-                Self::with_store(
-                    store,
-                    Some(database),
-                    unique_cluster(),
-                    42,
-                    1_048_576,
-                    clock,
-                )
-            }
-        }
+        Self::with_settings(backend, StoreSettings::with_ttl(TTL_MS)).await
     }
 
     /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`; `clock`
