@@ -132,8 +132,9 @@ wrk_run() { # name lua-script
 # New-grain runs add ~100,000 "fresh/…" activations; delete them so each directory stays at its
 # nominal size (and the special silos keep exactly 10,000 and 100,000 grains for scenarios 4 and 5).
 drop_fresh() { sql -c "DELETE FROM activations WHERE cluster = '$1' AND grain LIKE 'fresh/%'"; }
-# Like bench/run.sh: each scenario after a VACUUM (ANALYZE), so no churn of the previous one is in it.
-vacuum() { sql -c 'VACUUM (ANALYZE)'; }
+# Like bench/run.sh: each scenario after a VACUUM (ANALYZE), so no churn of the previous one is in it,
+# and a CHECKPOINT, so that the dirty pages of the fill (gigabytes) are not written out during it.
+vacuum() { sql -c 'VACUUM (ANALYZE)' -c 'CHECKPOINT'; }
 known() { SCALE_CLUSTER=$1 SCALE_GRAINS=$2 wrk_run "$3" known; }
 new() { SCALE_CLUSTER=$1 wrk_run "$2" new; drop_fresh "$1"; }
 

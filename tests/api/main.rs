@@ -1,9 +1,10 @@
 //! The integration tests: one binary, the app driven in-process through its router.
 //!
 //! `store_suite` runs every behaviour against both stores; `replicas` races several oracle
-//! instances on one Postgres; `inputs` checks that bad input always gets a 4xx problem; `openapi`
-//! keeps the committed spec in step with the code; `ops` covers health, readiness, metrics and
-//! graceful shutdown.
+//! instances on one Postgres; `single_activation` holds one test per way the single-activation
+//! promise was found broken; `faults` runs two replicas through store outages (via `proxy`);
+//! `inputs` checks that bad input always gets a 4xx problem; `openapi` keeps the committed spec in
+//! step with the code; `ops` covers health, readiness, metrics and graceful shutdown.
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
 macro_rules! for_both_stores {
