@@ -52,7 +52,7 @@ impl Clock for ManualClock {
 
 /// A clock that never goes backwards: the wall clock's reading when it was made, plus the time
 /// elapsed since on the monotonic clock. For measuring durations on one replica (how long the
-/// store has been reachable) where a wall-clock step must not count as time passing.
+/// store could not be reached) where a wall-clock step must not count as time passing.
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     started_ms: Millis,

@@ -42,7 +42,7 @@ use tokio::net::TcpListener;
 
 pub use http::{app, AppState, Limits};
 
-use crate::clock::SystemClock;
+use crate::clock::MonotonicClock;
 use crate::config::Config;
 use crate::oracle::Oracle;
 use crate::store::memory::MemoryStore;
@@ -75,9 +75,11 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                 "DATABASE_URL is not set: using the embedded in-memory store. State is lost when the \
                  process exits and replicas cannot share it; set DATABASE_URL for production"
             );
+            // The embedded store's clock is the process's monotonic one: a step of the host's wall
+            // clock must not age every silo past its TTL at once.
             Ok(Arc::new(MemoryStore::new(
                 config.store_settings(),
-                Arc::new(SystemClock),
+                Arc::new(MonotonicClock::default()),
             )))
         }
     }

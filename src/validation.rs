@@ -111,8 +111,10 @@ pub fn from_stored_json<T: serde::de::DeserializeOwned>(
         match serde_path_to_error::deserialize::<_, T>(&value) {
             Ok(decoded) => return Ok(decoded),
             Err(error) => {
-                let unknown = error.inner().to_string().starts_with("unknown field");
-                if !unknown || !remove_at(&mut value, error.path()) {
+                let message = error.inner().to_string();
+                let removed = unknown_field_name(&message)
+                    .is_some_and(|name| remove_unknown(&mut value, error.path(), name));
+                if !removed {
                     return Err(error.to_string());
                 }
             }
@@ -123,15 +125,29 @@ pub fn from_stored_json<T: serde::de::DeserializeOwned>(
     ))
 }
 
-/// Removes the object member `path` points at; `false` when the path does not lead to one.
-fn remove_at(value: &mut serde_json::Value, path: &serde_path_to_error::Path) -> bool {
+/// The name in serde's "unknown field `name`, expected …".
+fn unknown_field_name(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("unknown field `")?
+        .split_once('`')
+        .map(|(name, _)| name)
+}
+
+/// Removes the unknown member `name`. serde_path_to_error's path usually ends with the name
+/// itself; inside an internally tagged enum (a filter) it ends at the object holding it.
+fn remove_unknown(
+    value: &mut serde_json::Value,
+    path: &serde_path_to_error::Path,
+    name: &str,
+) -> bool {
     use serde_path_to_error::Segment;
     let segments: Vec<&Segment> = path.iter().collect();
-    let Some((Segment::Map { key: last }, parents)) = segments.split_last() else {
-        return false;
+    let holder = match segments.split_last() {
+        Some((Segment::Map { key }, parents)) if key == name => parents,
+        _ => &segments[..],
     };
     let mut at = value;
-    for segment in parents {
+    for segment in holder {
         at = match (segment, at) {
             (Segment::Map { key }, serde_json::Value::Object(map)) => match map.get_mut(key) {
                 Some(next) => next,
@@ -147,7 +163,7 @@ fn remove_at(value: &mut serde_json::Value, path: &serde_path_to_error::Path) ->
         };
     }
     match at {
-        serde_json::Value::Object(map) => map.remove(last).is_some(),
+        serde_json::Value::Object(map) => map.remove(name).is_some(),
         _ => false,
     }
 }

@@ -9,4 +9,4 @@ pub mod silo;
 
 pub use heartbeat::{Heartbeat, HeartbeatRejection};
 pub use names::{ClusterName, GrainId, PoolName, SiloId};
-pub use silo::{Liveness, LoadReport, SiloRecord, SiloStatus};
+pub use silo::{Liveness, LoadReport, Outage, SiloRecord, SiloStatus};

@@ -159,16 +159,24 @@ pub fn changes_membership(previous: Option<&SiloRecord>, next: &SiloRecord) -> b
 }
 
 /// Everything that decides whether a silo is alive, read at one instant from the store: its clock
-/// (the database's, the same for every replica), the cluster's TTL, and how long the replica asking
-/// has been able to reach the store without interruption.
+/// (the database's, the same for every replica), the cluster's TTL, and when the replica asking last
+/// could not reach the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Liveness {
     /// The store's clock, ms since the Unix epoch.
     pub now: Millis,
     pub silo_ttl_ms: Millis,
-    /// While the store is unreachable no heartbeat can be stored, so that time is not a silo's
-    /// silence: nobody dies of silence until the store has been reachable for a whole TTL.
-    pub store_reachable_for_ms: Millis,
+    /// The replica's last store outage, on the store's clock: from when to when it could not reach
+    /// the store (the end is `now` while it lasts). No heartbeat could be stored meanwhile, so that
+    /// time is not a silo's silence.
+    pub outage: Option<Outage>,
+}
+
+/// A span during which the store could not be reached, on the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    pub began: Millis,
+    pub ended: Millis,
 }
 
 impl Liveness {
@@ -177,16 +185,18 @@ impl Liveness {
         Self {
             now,
             silo_ttl_ms,
-            store_reachable_for_ms: Millis::MAX,
+            outage: None,
         }
     }
 
     /// The liveness rule, in one place (the SQL function `silo_is_live` mirrors it): a heartbeat
-    /// keeps a silo alive for strictly less than the TTL, and the TTL only counts time during which
-    /// the store was reachable.
+    /// keeps a silo alive for strictly less than the TTL, counting only time during which the store
+    /// was reachable — the last outage's overlap with the silence is not silence.
     pub fn is_fresh(&self, last_heartbeat_ms: Millis) -> bool {
-        self.silent_for(last_heartbeat_ms) < self.silo_ttl_ms
-            || self.store_reachable_for_ms < self.silo_ttl_ms
+        let forgiven = self.outage.map_or(0, |outage| {
+            (outage.ended.min(self.now) - outage.began.max(last_heartbeat_ms)).max(0)
+        });
+        self.silent_for(last_heartbeat_ms) - forgiven < self.silo_ttl_ms
     }
 
     /// How long since the heartbeat, never negative.
@@ -198,7 +208,6 @@ impl Liveness {
     pub fn later_by(self, elapsed_ms: Millis) -> Self {
         Self {
             now: self.now.saturating_add(elapsed_ms),
-            store_reachable_for_ms: self.store_reachable_for_ms.saturating_add(elapsed_ms),
             ..self
         }
     }
@@ -216,21 +225,26 @@ mod tests {
 
     #[test]
     fn time_the_store_was_unreachable_is_not_silence() {
+        // Last heartbeat at 1 s, the store unreachable from 5 s to 25 s, TTL 10 s.
         let after_outage = Liveness {
             now: 30_000,
             silo_ttl_ms: 10_000,
-            store_reachable_for_ms: 9_999,
+            outage: Some(Outage {
+                began: 5_000,
+                ended: 25_000,
+            }),
         };
         assert!(
             after_outage.is_fresh(1_000),
-            "reachable for less than a TTL"
+            "29 s silent, 20 s of it unreachable"
         );
-        let later = after_outage.later_by(1);
         assert!(
-            !later.is_fresh(1_000),
-            "reachable for a whole TTL, silent longer"
+            !after_outage.later_by(1_000).is_fresh(1_000),
+            "10 s of reachable silence"
         );
-        assert!(later.is_fresh(21_001));
+        // An outage before the last heartbeat forgives nothing.
+        assert!(!after_outage.later_by(9_000).is_fresh(29_000));
+        assert!(after_outage.later_by(8_999).is_fresh(29_000));
     }
 
     #[test]

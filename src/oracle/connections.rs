@@ -112,9 +112,10 @@ impl Oracle {
             let mut states = self.pool_states();
             let key = (cluster.clone(), name.clone());
             if states.len() >= MAX_POOL_STATES && !states.contains_key(&key) {
-                // Bounded: a pool not asked for a while starts its windows afresh.
-                if let Some(oldest) = states.keys().next().cloned() {
-                    states.remove(&oldest);
+                // Bounded: one pool's state (an arbitrary one) is dropped and that pool's windows
+                // start afresh when it is next asked.
+                if let Some(any) = states.keys().next().cloned() {
+                    states.remove(&any);
                 }
             }
             let state = states.entry(key).or_default();

@@ -219,4 +219,15 @@ mod stored_tests {
             Some(Strategy::HashBased)
         );
     }
+
+    #[test]
+    fn an_unknown_field_inside_a_stored_filter_is_dropped_too() {
+        let stored = serde_json::json!({
+            "grain_types": { "user": { "filters": [
+                { "kind": "required_match", "keys": ["zone"], "weight_from_the_future": 3 }
+            ] } }
+        });
+        let policy: Policy = crate::validation::from_stored_json(stored).unwrap();
+        assert_eq!(policy.grain_types["user"].filters.len(), 1);
+    }
 }

@@ -38,8 +38,8 @@ struct ClusterState {
     silos: BTreeMap<String, SiloRecord>,
     /// When each dead silo was declared dead, for tombstone expiry.
     dead_since: HashMap<String, Millis>,
-    /// The newest dead generation per address, once a tombstone is forgotten (see
-    /// `SiloId::incarnation`): dead is final for an id, for ever.
+    /// The newest dead generation per address, recorded at each death (see `SiloId::incarnation`):
+    /// dead is final for an id, for ever, also after its tombstone is forgotten.
     retired: HashMap<String, i64>,
     directory: HashMap<String, Entry>,
     /// Grains per silo, ordered, for paging through a silo's activations.
@@ -66,9 +66,13 @@ impl ClusterState {
             .count()
     }
 
+    /// Marks the silo dead and retires its generation (see `SiloId::incarnation`).
     fn mark_dead(&mut self, silo: &str, now: Millis) {
         if let Some(record) = self.silos.get_mut(silo) {
             record.status = SiloStatus::Dead;
+            let (address, generation) = record.id.incarnation();
+            let newest = self.retired.entry(address.to_owned()).or_insert(generation);
+            *newest = (*newest).max(generation);
         }
         self.dead_since.entry(silo.to_owned()).or_insert(now);
     }
@@ -218,7 +222,14 @@ impl Store for MemoryStore {
                 }
             }
         }
+        let was_alive = previous.is_some_and(|p| p.status != SiloStatus::Dead);
         match update(previous, &liveness) {
+            Err(rejection @ HeartbeatRejection::DeclaredDead { .. }) if was_alive => {
+                // Told it is dead, it is made dead (as a sweep would), so nothing revives it.
+                state.mark_dead(silo.as_str(), liveness.now);
+                state.release_silo(silo.as_str());
+                Ok(Err(rejection))
+            }
             Ok(record) => {
                 if previous.is_none() && state.live_silos() as u64 >= max_silos {
                     return Err(LimitReached::Silos {
@@ -497,15 +508,9 @@ impl Store for MemoryStore {
                 .map(|(silo, _)| silo.clone())
                 .collect();
             for silo in expired {
+                // Its generation was retired when it died.
                 state.dead_since.remove(&silo);
-                if let Some(record) = state.silos.remove(&silo) {
-                    let (address, generation) = record.id.incarnation();
-                    let newest = state
-                        .retired
-                        .entry(address.to_owned())
-                        .or_insert(generation);
-                    *newest = (*newest).max(generation);
-                }
+                state.silos.remove(&silo);
             }
         }
         Ok(reaped)

@@ -2,7 +2,8 @@
 //!
 //! Every invariant is enforced by the database, not by a replica: the directory's primary key makes
 //! registration first-writer-wins across replicas, registration checks the chosen silo's liveness in
-//! the same statement that inserts and holds the silo row (`FOR SHARE`) until it commits, heartbeats
+//! the same statement that inserts and holds the silo row (`FOR KEY SHARE`, which every death's
+//! `FOR UPDATE` waits for) until it commits, heartbeats
 //! use optimistic concurrency on the row version, and the sweep that declares silos dead is
 //! idempotent. Liveness is always the SQL function `silo_is_live` (a migration), judged at the
 //! database's clock `oracle_now_ms()` (or an injected time in tests), the same rule as
@@ -10,7 +11,7 @@
 //! and dead is final, so a late heartbeat cannot revive a silo whose grains moved.
 //!
 //! Every call goes through [`StoreHealth`]: calls fail fast while the database is unreachable, and
-//! how long it has been reachable enters every liveness judgement as the outage grace.
+//! the replica's last outage is subtracted from every silence it judges.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -31,7 +32,8 @@ use super::{
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{
-    ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
+    ClusterName, GrainId, HeartbeatRejection, Liveness, Outage, PoolName, SiloId, SiloRecord,
+    SiloStatus,
 };
 use crate::connect::Pool;
 use crate::placement::policy::Policy;
@@ -44,6 +46,10 @@ const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
 const FOREIGN_KEY_VIOLATION: &str = "23503";
 /// SQLSTATE of a deadlock (two statements locking silo rows in opposite orders; rare, retryable).
 const DEADLOCK_DETECTED: &str = "40P01";
+
+/// Longest a store call may take before the database is taken for unreachable (below the default
+/// request timeout, so that the circuit sees it).
+const STATEMENT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Most expired tombstones one sweep forgets.
 const FORGET_CHUNK: i64 = 1_000;
@@ -147,16 +153,48 @@ impl PostgresStore {
         }
     }
 
-    fn reachable_for(&self) -> Millis {
-        self.health.reachable_for_ms()
+    /// This replica's last outage for `silo_is_live`: how long ago it began and ended, or NULLs.
+    fn outage(&self) -> (Option<Millis>, Option<Millis>) {
+        match self.health.last_outage() {
+            Some(outage) => (Some(outage.began_ago), Some(outage.ended_ago)),
+            None => (None, None),
+        }
     }
 
     fn liveness_from_row(&self, row: &PgRow) -> Result<Liveness, StoreError> {
+        let now: Millis = row.try_get("now")?;
         Ok(Liveness {
-            now: row.try_get("now")?,
+            now,
             silo_ttl_ms: row.try_get("ttl")?,
-            store_reachable_for_ms: self.reachable_for(),
+            outage: self.health.last_outage().map(|outage| Outage {
+                began: now - outage.began_ago,
+                ended: now - outage.ended_ago,
+            }),
         })
+    }
+
+    /// Runs one store call through the circuit. A call that takes longer than
+    /// [`STATEMENT_DEADLINE`] is taken for an unreachable database (a connection black-holed by
+    /// the network never errors by itself); a wait for a connection while the pool has some is
+    /// overload, not an outage.
+    async fn guard<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.health
+            .guard(async {
+                match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
+                    Err(_) => Err(StoreError::Unreachable),
+                    Ok(Err(StoreError::Database(error)))
+                        if matches!(error.as_ref(), sqlx::Error::PoolTimedOut)
+                            && self.pool.size() > 0 =>
+                    {
+                        Err(StoreError::Overloaded)
+                    }
+                    Ok(outcome) => outcome,
+                }
+            })
+            .await
     }
 
     /// Makes sure the cluster exists, creating it (with this replica's default TTL) unless that
@@ -311,7 +349,17 @@ impl PostgresStore {
             }
             let record = match update(previous.as_ref(), &liveness) {
                 Ok(record) => record,
-                Err(rejection) => return Ok(Err(rejection)),
+                Err(rejection) => {
+                    if matches!(rejection, HeartbeatRejection::DeclaredDead { .. })
+                        && previous
+                            .as_ref()
+                            .is_some_and(|p| p.status != SiloStatus::Dead)
+                    {
+                        // Told it is dead, it is made dead: no replica may welcome it back.
+                        self.declare_silent_dead(Some((cluster, silo))).await?;
+                    }
+                    return Ok(Err(rejection));
+                }
             };
             let written = match &previous {
                 Some(previous) => {
@@ -463,13 +511,17 @@ impl PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError> {
-        // Mark it dead first (the row lock makes any racing heartbeat or registration on it wait,
-        // then fail), then release a first chunk of its entries; the sweep releases the rest.
+        // Mark it dead first — taking the row FOR UPDATE, the death protocol (see
+        // `declare_silent_dead`), so racing heartbeats and registrations wait, then find it dead —
+        // then release a first chunk of its entries; the sweep releases the rest.
         let mut tx = self.pool.begin().await?;
         let known = sqlx::query(
-            "UPDATE silos SET status = 'dead',
-                    dead_since_ms = COALESCE(dead_since_ms, $3::int8, oracle_now_ms())
-             WHERE cluster = $1 AND silo = $2",
+            "WITH locked AS (
+                SELECT cluster, silo FROM silos WHERE cluster = $1 AND silo = $2 FOR UPDATE
+             )
+             UPDATE silos s SET status = 'dead',
+                    dead_since_ms = COALESCE(s.dead_since_ms, $3::int8, oracle_now_ms())
+             FROM locked l WHERE s.cluster = l.cluster AND s.silo = l.silo",
         )
         .bind(cluster.as_str())
         .bind(silo.as_str())
@@ -480,6 +532,7 @@ impl PostgresStore {
         if known == 0 {
             return Ok(None);
         }
+        retire(&mut tx, std::iter::once((cluster.as_str(), silo.as_str()))).await?;
         let released = sqlx::query(
             "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
                 SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
@@ -511,10 +564,11 @@ impl PostgresStore {
         grains: &[GrainId],
     ) -> Result<Vec<Located>, StoreError> {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
+        let (outage_began_ago, outage_ended_ago) = self.outage();
         let rows = sqlx::query(
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
                     silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                 COALESCE($3::int8, oracle_now_ms()), $4) AS live
+                                 COALESCE($3::int8, oracle_now_ms()), $4, $5) AS live
              FROM clusters c
              JOIN activations a ON a.cluster = c.name
              JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
@@ -524,7 +578,8 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(&names)
         .bind(self.now())
-        .bind(self.reachable_for())
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -547,7 +602,7 @@ impl PostgresStore {
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_by(|&a, &b| entries[a].grain.cmp(&entries[b].grain));
         let now = self.now();
-        let reachable_for = self.reachable_for();
+        let (outage_began_ago, outage_ended_ago) = self.outage();
 
         let (stale_grains, stale_epochs): (Vec<&str>, Vec<i64>) = order
             .iter()
@@ -561,46 +616,65 @@ impl PostgresStore {
             // silo row's lock, or before it. A heartbeat racing in for that silo then finds it dead
             // and is refused, so a silo can never keep running a grain the directory gave away.
             // The silo's other entries go with the sweep's release.
-            sqlx::query(
+            let mut tx = self.pool.begin().await?;
+            let dead: Vec<String> = sqlx::query_scalar(
                 "WITH stale AS (
                     SELECT a.grain, a.silo FROM UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
                     CROSS JOIN LATERAL (SELECT a.grain, a.silo FROM activations a
                                         WHERE a.cluster = $1 AND a.grain = s.grain AND a.epoch = s.epoch
                                         LIMIT 1) a
                  ),
-                 dead AS (
-                    UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($4::int8, oracle_now_ms())
-                    FROM clusters c
-                    WHERE s.cluster = $1 AND c.name = s.cluster
-                      AND s.silo IN (SELECT silo FROM stale)
+                 doomed AS (
+                    SELECT s.silo FROM silos s
+                    JOIN clusters c ON c.name = s.cluster
+                    WHERE s.cluster = $1
+                      AND s.silo = ANY (ARRAY(SELECT silo FROM stale))
                       AND s.status <> 'dead'
                       AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                           COALESCE($4::int8, oracle_now_ms()), $5)
+                                           COALESCE($4::int8, oracle_now_ms()), $5, $6)
+                    FOR UPDATE OF s
+                 ),
+                 dead AS (
+                    UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($4::int8, oracle_now_ms())
+                    WHERE s.cluster = $1 AND s.silo = ANY (ARRAY(SELECT silo FROM doomed))
                     RETURNING s.silo
-                 )
+                 ),
+                 released AS (
                  DELETE FROM activations a
                  WHERE a.cluster = $1 AND a.grain = ANY (ARRAY(SELECT grain FROM stale))
                    AND (a.grain, a.silo) IN (SELECT grain, silo FROM stale)
                    AND ((SELECT s.status FROM silos s WHERE s.cluster = $1 AND s.silo = a.silo) = 'dead'
-                        OR a.silo IN (SELECT silo FROM dead))",
+                        OR a.silo IN (SELECT silo FROM dead))
+                 RETURNING 1
+                 )
+                 SELECT silo FROM dead",
             )
             .bind(cluster.as_str())
             .bind(&stale_grains)
             .bind(&stale_epochs)
             .bind(now)
-            .bind(reachable_for)
-            .execute(&self.pool)
+            .bind(outage_began_ago)
+            .bind(outage_ended_ago)
+            .fetch_all(&mut *tx)
             .await?;
+            retire(
+                &mut tx,
+                dead.iter().map(|silo| (cluster.as_str(), silo.as_str())),
+            )
+            .await?;
+            tx.commit().await?;
         }
 
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
         let silos: Vec<&str> = order.iter().map(|&i| entries[i].silo.as_str()).collect();
         let strategies: Vec<&str> = order.iter().map(|&i| entries[i].strategy).collect();
-        // `FOR SHARE`: the chosen silo's row stays locked until the insert commits, so a
-        // concurrent death (which updates that row) either commits first — and this statement,
-        // having waited for it, re-checks the row and finds the silo dead — or waits for this
-        // insert and then releases the new entry with the silo's others. Without the lock, a
-        // registration could commit on a silo whose death was already under way.
+        // `FOR KEY SHARE`: the chosen silo's row stays locked until the insert commits, and every
+        // death takes that row `FOR UPDATE` first (the death protocol, see `declare_silent_dead`),
+        // which conflicts with it. So a concurrent death either commits first — and this
+        // statement, having waited for it, re-checks the row and finds the silo dead — or waits for
+        // this insert and then releases the new entry with the silo's others. Without the lock, a
+        // registration could commit on a silo whose death was already under way. Heartbeats (plain
+        // updates) do not conflict with it, so they never wait for registrations.
         let rows = sqlx::query(
             "WITH inserted AS (
                 INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
@@ -612,9 +686,9 @@ impl PostgresStore {
                     SELECT 1 FROM silos s
                     WHERE s.cluster = $1 AND s.silo = n.silo AND s.status = 'active'
                       AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                       COALESCE($5::int8, oracle_now_ms()), $6)
+                                       COALESCE($5::int8, oracle_now_ms()), $6, $7)
                     LIMIT 1
-                    FOR SHARE
+                    FOR KEY SHARE
                 ) s ON true
                 WHERE c.name = $1
                 ORDER BY n.position
@@ -630,7 +704,8 @@ impl PostgresStore {
         .bind(&silos)
         .bind(&strategies)
         .bind(now)
-        .bind(reachable_for)
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
         .fetch_all(&self.pool)
         .await;
         let rows = match rows {
@@ -766,78 +841,79 @@ impl PostgresStore {
     }
 
     async fn try_reap(&self) -> Result<Vec<Reaped>, StoreError> {
+        let reaped = self.declare_silent_dead(None).await?;
+        self.forget_expired().await?;
+        Ok(reaped)
+    }
+
+    /// Marks dead every silo (or just `only`) whose silence, less this replica's last outage, has
+    /// reached its cluster's TTL, and retires its generation, in one transaction. Each row is taken
+    /// `FOR UPDATE` first — the death protocol: that lock waits for registrations holding the row
+    /// (`FOR KEY SHARE`) to commit, and makes later ones wait and find the silo dead. The liveness
+    /// check is made again on the row as it is once locked, so a heartbeat that got in first
+    /// keeps the silo alive.
+    async fn declare_silent_dead(
+        &self,
+        only: Option<(&ClusterName, &SiloId)>,
+    ) -> Result<Vec<Reaped>, StoreError> {
+        let (outage_began_ago, outage_ended_ago) = self.outage();
+        let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
-            "UPDATE silos s SET status = 'dead', dead_since_ms = t.now
-             FROM clusters c, (SELECT COALESCE($1::int8, oracle_now_ms()) AS now) t
-             WHERE c.name = s.cluster AND s.status <> 'dead'
-               AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, t.now, $2)
+            "WITH doomed AS (
+                SELECT s.cluster, s.silo FROM silos s
+                JOIN clusters c ON c.name = s.cluster
+                CROSS JOIN (SELECT COALESCE($1::int8, oracle_now_ms()) AS now) t
+                WHERE s.status <> 'dead'
+                  AND ($4::text IS NULL OR (s.cluster = $4 AND s.silo = $5))
+                  AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, t.now, $2, $3)
+                FOR UPDATE OF s
+             )
+             UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($1::int8, oracle_now_ms())
+             FROM doomed d
+             WHERE s.cluster = d.cluster AND s.silo = d.silo
              RETURNING s.cluster, s.silo",
         )
         .bind(self.now())
-        .bind(self.reachable_for())
-        .fetch_all(&self.pool)
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
+        .bind(only.map(|(cluster, _)| cluster.as_str()))
+        .bind(only.map(|(_, silo)| silo.as_str()))
+        .fetch_all(&mut *tx)
         .await?;
-        self.forget_expired().await?;
-        rows.iter()
+        let reaped = rows
+            .iter()
             .map(|row| {
                 Ok(Reaped {
                     cluster: row.try_get("cluster")?,
                     silo: row.try_get("silo")?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        retire(
+            &mut tx,
+            reaped.iter().map(|r| (r.cluster.as_str(), r.silo.as_str())),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(reaped)
     }
 
-    /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released,
-    /// keeping the newest dead generation per address, in one transaction: any reader sees either
-    /// the dead silo or its retired generation, never neither.
+    /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released. Their
+    /// generations were retired when they died, so the ids stay refused.
     async fn forget_expired(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query(
-            "DELETE FROM silos WHERE (cluster, silo) IN (
+        sqlx::query(
+            "DELETE FROM silos s USING (
                 SELECT cluster, silo FROM silos
                 WHERE status = 'dead' AND released
                   AND dead_since_ms < COALESCE($1::int8, oracle_now_ms()) - $2
-                LIMIT $3)
-             RETURNING cluster, silo",
+                LIMIT $3) expired
+             WHERE s.cluster = expired.cluster AND s.silo = expired.silo",
         )
         .bind(self.now())
         .bind(DEAD_SILO_RETENTION_MS)
         .bind(FORGET_CHUNK)
-        .fetch_all(&mut *tx)
+        .execute(&self.pool)
         .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut newest: HashMap<(String, String), i64> = HashMap::new();
-        for row in &rows {
-            let cluster: String = row.try_get("cluster")?;
-            let id: String = row.try_get("silo")?;
-            let id = SiloId::parse("silo", &id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let (address, generation) = id.incarnation();
-            let entry = newest
-                .entry((cluster, address.to_owned()))
-                .or_insert(generation);
-            *entry = (*entry).max(generation);
-        }
-        let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
-        for ((cluster, address), generation) in newest {
-            clusters.push(cluster);
-            addresses.push(address);
-            generations.push(generation);
-        }
-        sqlx::query(
-            "INSERT INTO retired_generations (cluster, address, generation)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
-             ON CONFLICT (cluster, address)
-             DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
-        )
-        .bind(&clusters)
-        .bind(&addresses)
-        .bind(&generations)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -949,6 +1025,44 @@ impl PostgresStore {
     }
 }
 
+/// Records the generations of silos that just died (in the death's transaction): per address the
+/// newest dead generation, which every id not newer than it is refused by, for ever.
+async fn retire<'a>(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    dead: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<(), StoreError> {
+    let mut newest: HashMap<(&str, String), i64> = HashMap::new();
+    for (cluster, silo) in dead {
+        let id = SiloId::parse("silo", silo).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (address, generation) = id.incarnation();
+        let entry = newest
+            .entry((cluster, address.to_owned()))
+            .or_insert(generation);
+        *entry = (*entry).max(generation);
+    }
+    if newest.is_empty() {
+        return Ok(());
+    }
+    let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
+    for ((cluster, address), generation) in newest {
+        clusters.push(cluster);
+        addresses.push(address);
+        generations.push(generation);
+    }
+    sqlx::query(
+        "INSERT INTO retired_generations (cluster, address, generation)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
+         ON CONFLICT (cluster, address)
+         DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
+    )
+    .bind(&clusters)
+    .bind(&addresses)
+    .bind(&generations)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Decodes a stored document (policy, pool) that a newer version may have written: fields this
 /// version does not know are kept in the database and ignored here (requests still refuse them).
 fn decode_stored<T: serde::de::DeserializeOwned>(
@@ -975,12 +1089,11 @@ impl Store for PostgresStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.health
-            .guard(async {
-                sqlx::query("SELECT 1").execute(&self.pool).await?;
-                Ok(())
-            })
-            .await
+        self.guard(async {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn record_heartbeat(
@@ -989,13 +1102,12 @@ impl Store for PostgresStore {
         silo: &SiloId,
         update: &HeartbeatUpdate<'_>,
     ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError> {
-        self.health
-            .guard(self.try_record_heartbeat(cluster, silo, update))
+        self.guard(self.try_record_heartbeat(cluster, silo, update))
             .await
     }
 
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
-        self.health.guard(self.try_membership(cluster)).await
+        self.guard(self.try_membership(cluster)).await
     }
 
     async fn silos(
@@ -1004,9 +1116,7 @@ impl Store for PostgresStore {
         after: Option<&SiloId>,
         limit: u32,
     ) -> Result<Option<SiloPage>, StoreError> {
-        self.health
-            .guard(self.try_silos(cluster, after, limit))
-            .await
+        self.guard(self.try_silos(cluster, after, limit)).await
     }
 
     async fn silo(
@@ -1014,7 +1124,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
-        self.health.guard(self.try_silo(cluster, silo)).await
+        self.guard(self.try_silo(cluster, silo)).await
     }
 
     async fn remove_silo(
@@ -1022,7 +1132,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError> {
-        let outcome = self.health.guard(self.try_remove_silo(cluster, silo)).await;
+        let outcome = self.guard(self.try_remove_silo(cluster, silo)).await;
         deadlock_as_contention(outcome)
     }
 
@@ -1031,7 +1141,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         grains: &[GrainId],
     ) -> Result<Vec<Located>, StoreError> {
-        self.health.guard(self.try_lookup(cluster, grains)).await
+        self.guard(self.try_lookup(cluster, grains)).await
     }
 
     async fn register(
@@ -1039,7 +1149,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError> {
-        let outcome = self.health.guard(self.try_register(cluster, entries)).await;
+        let outcome = self.guard(self.try_register(cluster, entries)).await;
         deadlock_as_contention(outcome)
     }
 
@@ -1049,9 +1159,7 @@ impl Store for PostgresStore {
         name: &PoolName,
         pool: &Pool,
     ) -> Result<(), StoreError> {
-        self.health
-            .guard(self.try_put_pool(cluster, name, pool))
-            .await
+        self.guard(self.try_put_pool(cluster, name, pool)).await
     }
 
     async fn pool(
@@ -1059,7 +1167,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         name: &PoolName,
     ) -> Result<Option<Pool>, StoreError> {
-        self.health.guard(self.try_pool(cluster, name)).await
+        self.guard(self.try_pool(cluster, name)).await
     }
 
     async fn next_round_robin(
@@ -1067,9 +1175,7 @@ impl Store for PostgresStore {
         cluster: &ClusterName,
         name: &PoolName,
     ) -> Result<Option<u64>, StoreError> {
-        self.health
-            .guard(self.try_next_round_robin(cluster, name))
-            .await
+        self.guard(self.try_next_round_robin(cluster, name)).await
     }
 
     async fn deactivate(
@@ -1079,8 +1185,7 @@ impl Store for PostgresStore {
         silo: &SiloId,
         epoch: i64,
     ) -> Result<bool, StoreError> {
-        self.health
-            .guard(self.try_deactivate(cluster, grain, silo, epoch))
+        self.guard(self.try_deactivate(cluster, grain, silo, epoch))
             .await
     }
 
@@ -1091,22 +1196,21 @@ impl Store for PostgresStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Activation>, StoreError> {
-        self.health
-            .guard(self.try_activations_on(cluster, silo, after, limit))
+        self.guard(self.try_activations_on(cluster, silo, after, limit))
             .await
     }
 
     async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
-        let outcome = self.health.guard(self.try_reap()).await;
+        let outcome = self.guard(self.try_reap()).await;
         deadlock_as_contention(outcome)
     }
 
     async fn release_dead(&self, limit: u32) -> Result<u64, StoreError> {
-        self.health.guard(self.try_release_dead(limit)).await
+        self.guard(self.try_release_dead(limit)).await
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.health.guard(self.try_stats()).await
+        self.guard(self.try_stats()).await
     }
 
     async fn put_policy(
@@ -1115,8 +1219,7 @@ impl Store for PostgresStore {
         policy: &Policy,
         expected: Option<i64>,
     ) -> Result<Result<i64, i64>, StoreError> {
-        self.health
-            .guard(self.try_put_policy(cluster, policy, expected))
+        self.guard(self.try_put_policy(cluster, policy, expected))
             .await
     }
 }

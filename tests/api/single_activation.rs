@@ -16,6 +16,7 @@ use crate::proxy::FaultyLink;
 for_both_stores!(
     a_heartbeat_stamp_never_moves_back_with_the_clock,
     a_dead_silo_id_stays_refused_after_its_listing_is_forgotten,
+    an_older_generation_is_refused_at_once_and_a_silo_told_it_is_dead_is_dead,
     a_cluster_takes_no_more_silos_and_the_oracle_no_more_clusters_than_allowed,
     a_large_silo_leaves_at_once_and_its_entries_are_never_live_again,
     live_membership_skips_the_dead_and_silo_listings_are_paged,
@@ -63,6 +64,35 @@ async fn a_dead_silo_id_stays_refused_after_its_listing_is_forgotten(backend: Ba
         );
     }
     app.heartbeat("10.0.0.9:11111@6", json!({})).await;
+}
+
+/// Item 2, also within the hour: an older generation never seen before is refused as soon as a
+/// newer one at its address died; and a silo told it is dead is made dead, so no replica (one still
+/// forgiving an outage, say) welcomes it back.
+async fn an_older_generation_is_refused_at_once_and_a_silo_told_it_is_dead_is_dead(
+    backend: Backend,
+) {
+    let app = TestApp::new(backend).await;
+    app.heartbeat("10.0.0.7:11111@5", json!({})).await;
+    app.delete("/silos/10.0.0.7:11111@5").await;
+    let older = app.try_heartbeat("10.0.0.7:11111@3", json!({})).await;
+    older.problem(StatusCode::CONFLICT);
+
+    app.heartbeat("10.0.0.8:11111@1", json!({})).await;
+    app.clock.advance_ms(TTL_MS);
+    let late = app.try_heartbeat("10.0.0.8:11111@1", json!({})).await;
+    late.problem(StatusCode::CONFLICT);
+    assert_eq!(
+        app.get("/silos/10.0.0.8:11111@1").await.body["status"],
+        "dead"
+    );
+    app.clock.advance_ms(-TTL_MS);
+    let revived = app.try_heartbeat("10.0.0.8:11111@1", json!({})).await;
+    assert_eq!(
+        revived.problem(StatusCode::CONFLICT)["type"],
+        "urn:placement-oracle:problem:silo-declared-dead",
+        "marked dead, not merely judged so"
+    );
 }
 
 /// Item 5: any caller could mint silo ids (and clusters) without bound, and every replica's maps
@@ -248,9 +278,16 @@ async fn a_registration_waits_for_a_death_under_way_and_never_lands_on_the_dead_
     app.heartbeat("other@1", json!({})).await;
     app.place("user/warm-up").await; // the membership read is cached with both alive
 
+    // A death as the oracle's own death paths make it: the silo row taken FOR UPDATE, marked dead,
+    // its entries deleted — held open while the placement runs.
     let database = app._database.as_ref().unwrap();
     let mut death = PgConnection::connect(&database.url()).await.unwrap();
     sqlx::query("BEGIN").execute(&mut death).await.unwrap();
+    sqlx::query("SELECT 1 FROM silos WHERE cluster = $1 AND silo = 'doomed@1' FOR UPDATE")
+        .bind(&app.cluster)
+        .execute(&mut death)
+        .await
+        .unwrap();
     sqlx::query("UPDATE silos SET status = 'dead', dead_since_ms = $2 WHERE cluster = $1 AND silo = 'doomed@1'")
         .bind(&app.cluster)
         .bind(START_MS)
