@@ -22,10 +22,11 @@ ENV SQLX_OFFLINE=true \
     CARGO_TERM_COLOR=never
 
 # 1. Dependency layer: build all dependencies against a dummy main so this
-#    layer is reused as long as Cargo.toml / Cargo.lock do not change.
-#    (If Cargo.toml later declares a build.rs or explicit [[bench]]/[[test]]
-#    targets, stub or COPY those files here too, or the manifest won't load.)
+#    layer is reused as long as Cargo.toml / Cargo.lock (and the benches) do
+#    not change. Cargo loads every target the manifest declares, so the
+#    [[bench]] files must be here already (tests/api/packaging.rs checks it).
 COPY Cargo.toml Cargo.lock ./
+COPY benches ./benches
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && cargo build --release --locked \

@@ -24,6 +24,7 @@ mod helpers;
 mod inputs;
 mod openapi;
 mod ops;
+mod packaging;
 mod proxy;
 mod replicas;
 mod single_activation;
