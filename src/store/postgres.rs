@@ -401,6 +401,17 @@ fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
     })
 }
 
+/// The silos of a `clusters LEFT JOIN silos` read (a cluster without any has one row of NULLs).
+fn silos_from_rows(rows: &[PgRow]) -> Result<Vec<SiloRecord>, StoreError> {
+    let mut silos = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<String>, _>("silo")?.is_some() {
+            silos.push(silo_from_row(row)?);
+        }
+    }
+    Ok(silos)
+}
+
 fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
     Ok(Activation {
         grain: row.try_get("grain")?,
@@ -438,12 +449,7 @@ impl PostgresStore {
         let liveness = self.liveness_from_row(first)?;
         let policy: Policy = decode_stored(first.try_get("policy")?)?;
         let policy_version: i64 = first.try_get("policy_version")?;
-        let mut silos = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if row.try_get::<Option<String>, _>("silo")?.is_some() {
-                silos.push(silo_from_row(row)?);
-            }
-        }
+        let silos = silos_from_rows(&rows)?;
         Ok(Some(Membership {
             liveness,
             silos: Arc::new(silos),
@@ -478,12 +484,7 @@ impl PostgresStore {
             return Ok(None);
         };
         let liveness = self.liveness_from_row(first)?;
-        let mut silos = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if row.try_get::<Option<String>, _>("silo")?.is_some() {
-                silos.push(silo_from_row(row)?);
-            }
-        }
+        let silos = silos_from_rows(&rows)?;
         Ok(Some(SiloPage { liveness, silos }))
     }
 
@@ -533,24 +534,9 @@ impl PostgresStore {
             return Ok(None);
         }
         retire(&mut tx, std::iter::once((cluster.as_str(), silo.as_str()))).await?;
-        let released = sqlx::query(
-            "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
-                SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
-        )
-        .bind(cluster.as_str())
-        .bind(silo.as_str())
-        .bind(i64::from(RELEASE_CHUNK))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let released =
+            release_chunk(&mut tx, cluster.as_str(), silo.as_str(), RELEASE_CHUNK).await?;
         let release_pending = released >= u64::from(RELEASE_CHUNK);
-        if !release_pending {
-            sqlx::query("UPDATE silos SET released = true WHERE cluster = $1 AND silo = $2")
-                .bind(cluster.as_str())
-                .bind(silo.as_str())
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(Some(Departure {
             released,
@@ -933,27 +919,9 @@ impl PostgresStore {
             };
             let cluster: String = row.try_get("cluster")?;
             let silo: String = row.try_get("silo")?;
-            let released = sqlx::query(
-                "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
-                    SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
-            )
-            .bind(&cluster)
-            .bind(&silo)
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-            if released < u64::from(limit) {
-                sqlx::query(
-                    "UPDATE silos SET released = true
-                     WHERE cluster = $1 AND silo = $2 AND status = 'dead'
-                       AND (SELECT 1 FROM activations WHERE cluster = $1 AND silo = $2 LIMIT 1) IS NULL",
-                )
-                .bind(&cluster)
-                .bind(&silo)
-                .execute(&self.pool)
-                .await?;
-            }
+            let mut tx = self.pool.begin().await?;
+            let released = release_chunk(&mut tx, &cluster, &silo, limit).await?;
+            tx.commit().await?;
             if released > 0 {
                 return Ok(released);
             }
@@ -1023,6 +991,38 @@ impl PostgresStore {
                 .await?;
         Ok(Err(current))
     }
+}
+
+/// Deletes up to `limit` of a dead silo's entries, by primary key; when fewer were left, marks the
+/// silo released (no entry can appear on it after its death commits). Returns how many it deleted.
+async fn release_chunk(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    cluster: &str,
+    silo: &str,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    let released = sqlx::query(
+        "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
+            SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
+    )
+    .bind(cluster)
+    .bind(silo)
+    .bind(i64::from(limit))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if released < u64::from(limit) {
+        sqlx::query(
+            "UPDATE silos SET released = true
+             WHERE cluster = $1 AND silo = $2 AND status = 'dead'
+               AND (SELECT 1 FROM activations WHERE cluster = $1 AND silo = $2 LIMIT 1) IS NULL",
+        )
+        .bind(cluster)
+        .bind(silo)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(released)
 }
 
 /// Records the generations of silos that just died (in the death's transaction): per address the

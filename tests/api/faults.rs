@@ -75,12 +75,11 @@ async fn two_replicas_keep_every_acknowledged_placement_through_a_restart_and_a_
         let store = database
             .store_via_on_database_clock(link.port, StoreSettings::with_ttl(TTL_MS))
             .await;
-        replicas.push(TestApp::with_store(
-            Arc::new(store),
-            Some(database.clone()),
+        replicas.push(TestApp::replica(
+            store,
+            &database,
             cluster.clone(),
             seed,
-            1 << 20,
             unused.clone(),
         ));
     }

@@ -290,6 +290,25 @@ impl TestApp {
         Self::with_settings(backend, StoreSettings::with_ttl(TTL_MS)).await
     }
 
+    /// A replica on a Postgres `store` of `database`, working in `cluster`, its random decisions
+    /// seeded with `seed`; `clock` is the store's (unused by a store on the database's clock).
+    pub fn replica(
+        store: PostgresStore,
+        database: &Arc<TestDatabase>,
+        cluster: String,
+        seed: u64,
+        clock: ManualClock,
+    ) -> Self {
+        Self::with_store(
+            Arc::new(store),
+            Some(database.clone()),
+            cluster,
+            seed,
+            1 << 20,
+            clock,
+        )
+    }
+
     /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`; `clock`
     /// is the store's (what the test moves). Several on one Postgres database act as several
     /// oracle replicas.

@@ -1,6 +1,5 @@
 //! Operations endpoints and the server's lifecycle.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
@@ -39,14 +38,7 @@ async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store(1, &clock).await;
     store.pool().close().await;
-    let app = TestApp::with_store(
-        Arc::new(store),
-        Some(database),
-        unique_cluster(),
-        1,
-        1 << 20,
-        clock,
-    );
+    let app = TestApp::replica(store, &database, unique_cluster(), 1, clock);
     let ready = app.send(Method::GET, "/readyz", None).await;
     assert_eq!(
         ready.problem(StatusCode::SERVICE_UNAVAILABLE)["type"],

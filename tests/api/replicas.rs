@@ -1,7 +1,6 @@
 //! Several oracle replicas on one Postgres: the store, not a cache, keeps one activation per grain.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use placement_oracle::clock::ManualClock;
 use placement_oracle::store::postgres::PostgresStore;
@@ -19,16 +18,8 @@ async fn two_replicas() -> (TestApp, TestApp, PostgresStore) {
     let database = TestDatabase::create().await;
     let cluster = unique_cluster();
     let clock = ManualClock::starting_at(START_MS);
-    let replica = |store, seed| {
-        TestApp::with_store(
-            Arc::new(store),
-            Some(database.clone()),
-            cluster.clone(),
-            seed,
-            1 << 20,
-            clock.clone(),
-        )
-    };
+    let replica =
+        |store, seed| TestApp::replica(store, &database, cluster.clone(), seed, clock.clone());
     let a = replica(database.store(8, &clock).await, 1);
     let b = replica(database.store(8, &clock).await, 2);
     for i in 1..=5 {

@@ -1,7 +1,6 @@
 //! The single-activation promise under clock skew, races, retries, restarts and hostile load
 //! (issue 7): one test per hole a review found, each failing on the code before its fix.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
@@ -233,16 +232,8 @@ async fn replicas_on_the_database_clock_agree_on_liveness_whatever_their_own_con
     let database = TestDatabase::create().await;
     let cluster = unique_cluster();
     let clock = ManualClock::starting_at(START_MS); // unused by stores on the database's clock
-    let replica = |store, seed| {
-        TestApp::with_store(
-            Arc::new(store),
-            Some(database.clone()),
-            cluster.clone(),
-            seed,
-            1 << 20,
-            clock.clone(),
-        )
-    };
+    let replica =
+        |store, seed| TestApp::replica(store, &database, cluster.clone(), seed, clock.clone());
     let a = replica(
         database
             .store_on_database_clock(4, StoreSettings::with_ttl(10_000))
@@ -330,14 +321,7 @@ async fn a_store_outage_longer_than_the_ttl_kills_no_silo_and_releases_no_grain(
     let link = FaultyLink::start(database.server_address()).await;
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store_via(link.port, &clock).await;
-    let app = TestApp::with_store(
-        Arc::new(store),
-        Some(database.clone()),
-        unique_cluster(),
-        7,
-        1 << 20,
-        clock,
-    );
+    let app = TestApp::replica(store, &database, unique_cluster(), 7, clock);
     for silo in ["a@1", "b@1", "c@1"] {
         app.heartbeat(silo, json!({})).await;
     }
@@ -436,14 +420,7 @@ async fn heartbeats_are_hot_updates() {
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store(2, &clock).await;
     let pool = store.pool().clone();
-    let app = TestApp::with_store(
-        Arc::new(store),
-        Some(database.clone()),
-        unique_cluster(),
-        1,
-        1 << 20,
-        clock,
-    );
+    let app = TestApp::replica(store, &database, unique_cluster(), 1, clock);
     for _ in 0..200 {
         app.heartbeat("a@1", json!({ "cpu_usage": 12.5 })).await;
         app.clock.advance_ms(100);
