@@ -11,7 +11,10 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Serve);
     if command == Command::Openapi {
-        println!("{}", placement_oracle::http::openapi().to_pretty_json()?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(placement_oracle::http::openapi())?
+        );
         return Ok(());
     }
 

@@ -68,15 +68,40 @@ impl Violations {
 /// The largest integer a JSON number carries exactly in every client language (2^53 − 1).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
-/// Checks a free-form label: length in bytes, and no control characters (NUL included) anywhere.
-pub fn label(field: &str, value: &str, max_bytes: usize) -> Result<(), Invalid> {
+/// Characters no label may hold, as a regular-expression class body: control characters (Unicode
+/// `Cc`, what `char::is_control` tests). Lone UTF-16 surrogates never get this far: they are not
+/// valid JSON text, refused with 400 before any field is looked at.
+const CONTROL_CLASS: &str = r"\u0000-\u001F\u007F-\u009F";
+/// White space that is not a control character (the rest of what `char::is_whitespace` tests).
+const SPACE_CLASS: &str = r" \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000";
+
+/// The pattern [`label`] enforces, for the published contract (ECMA-262 syntax, which Python's and
+/// Rust's regular expressions also read).
+pub fn label_pattern() -> String {
+    format!("^[^{CONTROL_CLASS}]+$")
+}
+
+/// The pattern [`token`] enforces; `extra` lists further characters to refuse, e.g. "/".
+pub fn token_pattern(extra: &str) -> String {
+    format!("^{}$", token_class(extra, "+"))
+}
+
+/// One or more (`repeat`) token characters, also refusing `extra`.
+pub fn token_class(extra: &str, repeat: &str) -> String {
+    format!("[^{CONTROL_CLASS}{SPACE_CLASS}{extra}]{repeat}")
+}
+
+/// Checks a free-form label: length in characters (Unicode scalar values, what JSON Schema's
+/// `maxLength` counts), and no control characters (NUL included) anywhere.
+pub fn label(field: &str, value: &str, max_chars: usize) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err(Invalid::one(field, "must not be empty"));
     }
-    if value.len() > max_bytes {
+    let chars = value.chars().count();
+    if chars > max_chars {
         return Err(Invalid::one(
             field,
-            format!("must be at most {max_bytes} bytes, got {}", value.len()),
+            format!("must be at most {max_chars} characters, got {chars}"),
         ));
     }
     if value.chars().any(char::is_control) {
@@ -89,8 +114,8 @@ pub fn label(field: &str, value: &str, max_bytes: usize) -> Result<(), Invalid> 
 }
 
 /// Like [`label`], and also without white space: for identifiers that travel in URLs and logs.
-pub fn token(field: &str, value: &str, max_bytes: usize) -> Result<(), Invalid> {
-    label(field, value, max_bytes)?;
+pub fn token(field: &str, value: &str, max_chars: usize) -> Result<(), Invalid> {
+    label(field, value, max_chars)?;
     if value.chars().any(char::is_whitespace) {
         return Err(Invalid::one(field, "must not contain white space"));
     }

@@ -11,6 +11,9 @@ use crate::validation::{self, Invalid};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClusterName(String);
 
+/// The rule of cluster and pool names, as the published contract states it.
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
+
 /// Checks a DNS-label-like name: `[a-z0-9][a-z0-9-]{0,62}`.
 fn check_dns_label(field: &str, value: &str) -> Result<(), Invalid> {
     let valid_first = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
@@ -68,8 +71,8 @@ impl fmt::Display for PoolName {
     }
 }
 
-/// Longest silo id accepted, in bytes.
-pub const MAX_SILO_ID_BYTES: usize = 255;
+/// Longest silo id accepted, in characters.
+pub const MAX_SILO_ID_CHARS: usize = 255;
 
 /// A silo incarnation's id, conventionally `address@generation` (e.g. `10.0.0.5:11111@139000`).
 /// Any printable token is accepted; the Orleans form matters only to strategies that order silos.
@@ -78,7 +81,7 @@ pub struct SiloId(String);
 
 impl SiloId {
     pub fn parse(field: &str, value: &str) -> Result<Self, Invalid> {
-        validation::token(field, value, MAX_SILO_ID_BYTES)?;
+        validation::token(field, value, MAX_SILO_ID_CHARS)?;
         Ok(Self(value.to_owned()))
     }
 
@@ -114,14 +117,32 @@ impl fmt::Display for SiloId {
     }
 }
 
-/// Longest grain type accepted, in bytes.
-pub const MAX_GRAIN_TYPE_BYTES: usize = 128;
-/// Longest grain id (`type/key`) accepted, in bytes.
-pub const MAX_GRAIN_ID_BYTES: usize = 1024;
+/// Longest grain type accepted, in characters.
+pub const MAX_GRAIN_TYPE_CHARS: usize = 128;
+/// Longest grain id (`type/key`) accepted, in characters. With a silo id of 255 characters, at
+/// most four bytes each, it keeps a directory index entry under Postgres' 2704-byte limit.
+pub const MAX_GRAIN_ID_CHARS: usize = 400;
+
+/// The rule of grain types, as the published contract states it.
+pub fn grain_type_pattern() -> String {
+    validation::token_pattern("/")
+}
+
+/// The rule of grain ids, as the published contract states it: a grain type, '/', a key of
+/// printable characters.
+pub fn grain_id_pattern() -> String {
+    format!(
+        "^{}/{}$",
+        validation::token_class("/", &format!("{{1,{MAX_GRAIN_TYPE_CHARS}}}")),
+        validation::label_pattern()
+            .trim_start_matches('^')
+            .trim_end_matches('$')
+    )
+}
 
 /// Checks a grain type name: a token without '/', since '/' separates type from key.
 pub fn check_grain_type(field: &str, value: &str) -> Result<(), Invalid> {
-    validation::token(field, value, MAX_GRAIN_TYPE_BYTES)?;
+    validation::token(field, value, MAX_GRAIN_TYPE_CHARS)?;
     if value.contains('/') {
         return Err(Invalid::one(field, "must not contain '/'"));
     }
@@ -138,7 +159,7 @@ pub struct GrainId {
 
 impl GrainId {
     pub fn parse(field: &str, value: &str) -> Result<Self, Invalid> {
-        validation::label(field, value, MAX_GRAIN_ID_BYTES)?;
+        validation::label(field, value, MAX_GRAIN_ID_CHARS)?;
         let Some((grain_type, key)) = value.split_once('/') else {
             return Err(Invalid::one(
                 field,
@@ -148,7 +169,7 @@ impl GrainId {
         check_grain_type(field, grain_type).map_err(|_| {
             Invalid::one(
                 field,
-                format!("the grain type (before the first '/') must be 1 to {MAX_GRAIN_TYPE_BYTES} bytes without white space"),
+                format!("the grain type (before the first '/') must be 1 to {MAX_GRAIN_TYPE_CHARS} characters without white space"),
             )
         })?;
         if key.is_empty() {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::ConnectRule;
-use crate::cluster::names::MAX_SILO_ID_BYTES;
+use crate::cluster::names::MAX_SILO_ID_CHARS;
 use crate::cluster::{SiloRecord, SiloStatus};
 use crate::placement::ClusterView;
 use crate::validation::{self, Invalid, Violations};
@@ -17,11 +17,8 @@ use crate::validation::{self, Invalid, Violations};
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Members {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub silos: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
 }
 
@@ -74,7 +71,7 @@ impl Pool {
                 v.check(validation::token(
                     &format!("members.silos[{i}]"),
                     silo,
-                    MAX_SILO_ID_BYTES,
+                    MAX_SILO_ID_CHARS,
                 ));
             }
         }

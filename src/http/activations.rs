@@ -77,7 +77,6 @@ pub struct ListQuery {
 pub struct ActivationPage {
     pub activations: Vec<ActivationResponse>,
     /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
 

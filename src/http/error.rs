@@ -39,7 +39,6 @@ pub struct Problem {
     /// What went wrong in this occurrence, in words a person can act on.
     pub detail: String,
     /// For invalid input: every offending field.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
 }
 
@@ -91,6 +90,24 @@ impl ApiError {
             "not-found",
             "No such resource",
             detail,
+        )
+    }
+
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "The body must be JSON",
+            "send the body with `Content-Type: application/json`",
+        )
+    }
+
+    pub fn if_match_required() -> Self {
+        Self::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "if-match-required",
+            "If-Match is required",
+            "send If-Match with the ETag of the policy you read (the `ETag` header of `GET …/policy`), or `*` to overwrite whatever is there, so that concurrent changes are not lost",
         )
     }
 
@@ -334,4 +351,102 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// The example the published contract shows for an operation's error response: a real error of
+/// that status (built the way the handlers build it, so its wording cannot drift), the one that
+/// operation most likely meets.
+pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::Value> {
+    let silo = "10.0.0.5:11111@139000".to_owned();
+    let error: ApiError = match status {
+        "400" if operation_id == "put_policy" => ApiError::bad_request(
+            "If-Match must be an ETag this API issued (like \"3\") or *, got \"three\"",
+        ),
+        "400" => ApiError::bad_request(
+            "the body is not valid JSON: EOF while parsing an object at line 1 column 17",
+        ),
+        "404" => match operation_id {
+            "get_activation" | "delete_activation" => {
+                OracleError::ActivationNotFound("user/alice".into()).into()
+            }
+            "get_pool" | "post_connection" => OracleError::PoolNotFound {
+                cluster: "demo".into(),
+                pool: "storage".into(),
+            }
+            .into(),
+            "get_silo" | "delete_silo" | "list_activations" => OracleError::SiloNotFound {
+                cluster: "demo".into(),
+                silo,
+            }
+            .into(),
+            "healthz" | "readyz" | "metrics" => ApiError::from_status(StatusCode::NOT_FOUND),
+            _ => OracleError::ClusterNotFound("demo".into()).into(),
+        },
+        "405" => ApiError::from_status(StatusCode::METHOD_NOT_ALLOWED),
+        "409" => match operation_id {
+            "post_heartbeat" => OracleError::HeartbeatRejected(HeartbeatRejection::DeclaredDead {
+                silo,
+                last_heartbeat_ms: 1_764_547_200_000,
+                silo_ttl_ms: 10_000,
+            })
+            .into(),
+            "delete_activation" => OracleError::ActivationElsewhere {
+                grain: "user/alice".into(),
+                silo,
+                epoch: 8,
+            }
+            .into(),
+            "post_placement" | "post_placement_batch" => PlacementError::NoCompatibleSilo {
+                grain_type: "user".into(),
+                active: vec![silo],
+            }
+            .into(),
+            _ => StoreError::Limit(LimitReached::Clusters { max: 10_000 }).into(),
+        },
+        "412" => OracleError::PolicyVersionMismatch { current: 4 }.into(),
+        "413" => ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE),
+        "415" => ApiError::unsupported_media_type(),
+        "422" => Invalid::one(
+            match operation_id {
+                "post_heartbeat" => "cpu_usage",
+                "post_placement" | "post_placement_batch" => "grain",
+                "put_policy" => "options.activation_count.choose_out_of",
+                "put_pool" => "ttl_seconds",
+                "list_silos" | "list_activations" => "limit",
+                "delete_activation" => "epoch",
+                _ => "cluster",
+            },
+            match operation_id {
+                "post_heartbeat" => "must be a number from 0 to 100, got 140",
+                "post_placement" | "post_placement_batch" => {
+                    "must be `type/key`, e.g. `user/alice`: the type, a '/', then the key"
+                }
+                "put_policy" => "must be from 1 to 1000, got 0",
+                "put_pool" => "must be from 0 to 3600, got 86400",
+                "list_silos" | "list_activations" => "must be from 1 to 1000",
+                "delete_activation" => "missing field `epoch`",
+                _ => "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",
+            },
+        )
+        .into(),
+        "428" => ApiError::if_match_required(),
+        "429" => StoreError::Limit(LimitReached::Silos {
+            cluster: "demo".into(),
+            max: 5_000,
+            retry_after_ms: 10_000,
+        })
+        .into(),
+        "503" => match operation_id {
+            "post_placement" | "post_placement_batch" => {
+                PlacementError::NoActiveSilo { known: 0 }.into()
+            }
+            "post_connection" => OracleError::NoAvailableNode {
+                pool: "storage".into(),
+            }
+            .into(),
+            _ => StoreError::Unreachable.into(),
+        },
+        _ => return None,
+    };
+    serde_json::to_value(error.problem()).ok()
 }

@@ -3,6 +3,11 @@
 //! axum's own extractors answer with plain-text bodies; these wrap them so that a wrong content
 //! type (415), an oversized body (413), broken JSON (400) and well-formed JSON with wrong or unknown
 //! fields (422, naming the field) all come back as problem+json.
+//!
+//! A JSON body is checked against the schema the published contract gives it before it is
+//! deserialised: the contract's bounds and patterns are the server's own, serde's leniencies (a
+//! struct read from an array, say) never let a body the contract calls invalid through, and a
+//! body the contract calls valid is never refused by the check.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -10,6 +15,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::validation::Invalid;
@@ -20,24 +26,38 @@ pub struct ApiJson<T>(pub T);
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
     S: Send + Sync,
-    T: DeserializeOwned,
+    T: DeserializeOwned + ToSchema,
 {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !is_json(request.headers().get(header::CONTENT_TYPE)) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "The body must be JSON",
-                "send the body with `Content-Type: application/json`",
-            ));
+            return Err(ApiError::unsupported_media_type());
         }
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(body_rejection)?;
-        parse_json(&bytes).map(ApiJson)
+        parse_checked_json::<T>(&bytes).map(ApiJson)
     }
+}
+
+/// Parses a body, checks it against `T`'s published schema, then deserialises it.
+pub fn parse_checked_json<T: DeserializeOwned + ToSchema>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value = parse_value(bytes)?;
+    let violations = super::contract::check_body(&T::name(), &value);
+    if !violations.is_empty() {
+        return Err(Invalid(violations).into());
+    }
+    from_value(value)
+}
+
+/// Deserialises a checked JSON value, naming the field of any error.
+fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let message = strip_position(&error.into_inner().to_string());
+        ApiError::from(Invalid::one(field_of(&path), message))
+    })
 }
 
 fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
@@ -68,24 +88,12 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
 
 /// Parses JSON, telling syntax errors (400) from content errors (422 naming the field).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Data => {
-                let message = inner.to_string();
-                let field = field_of(&path);
-                let message = strip_position(&message);
-                ApiError::from(Invalid::one(field, message))
-            }
-            _ => ApiError::bad_request(format!("the body is not valid JSON: {inner}")),
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|error| ApiError::bad_request(format!("the body is not valid JSON: {error}")))?;
-    Ok(value)
+    from_value(parse_value(bytes)?)
+}
+
+fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|error| ApiError::bad_request(format!("the body is not valid JSON: {error}")))
 }
 
 /// The field a serde error is about. serde_path_to_error's path already ends with an unknown

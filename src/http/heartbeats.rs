@@ -11,15 +11,15 @@ use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::silos::SiloResponse;
 use super::AppState;
-use crate::cluster::names::{check_grain_type, MAX_SILO_ID_BYTES};
+use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{ClusterName, Heartbeat, LoadReport, SiloId, SiloStatus};
 use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
 
 const MAX_METADATA_ENTRIES: usize = 64;
-const MAX_METADATA_KEY_BYTES: usize = 128;
-const MAX_METADATA_VALUE_BYTES: usize = 1_024;
+const MAX_METADATA_KEY_CHARS: usize = 128;
+const MAX_METADATA_VALUE_CHARS: usize = 1_024;
 const MAX_GRAIN_TYPES: usize = 4_096;
-const MAX_ROLE_BYTES: usize = 128;
+const MAX_ROLE_CHARS: usize = 128;
 
 /// The statuses a silo may report; `dead` is the oracle's verdict, never reported.
 #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
@@ -61,7 +61,7 @@ impl From<ReportedStatus> for SiloStatus {
     "network_bytes_per_second": 1_250_000
 }))]
 pub struct HeartbeatRequest {
-    /// Unique per silo incarnation, conventionally `address@generation`. At most 255 bytes, no
+    /// Unique per silo incarnation, conventionally `address@generation`. At most 255 characters, no
     /// white space or control characters.
     pub silo: String,
     /// Where clients and grains reach the silo; defaults to the part of `silo` before '@'.
@@ -98,10 +98,10 @@ impl HeartbeatRequest {
         let mut v = Violations::default();
         let silo = v.check(SiloId::parse("silo", &self.silo));
         if let Some(address) = &self.address {
-            v.check(validation::token("address", address, MAX_SILO_ID_BYTES));
+            v.check(validation::token("address", address, MAX_SILO_ID_CHARS));
         }
         if let Some(role) = &self.role {
-            v.check(validation::label("role", role, MAX_ROLE_BYTES));
+            v.check(validation::label("role", role, MAX_ROLE_CHARS));
         }
         let metadata = self.metadata.unwrap_or_default();
         if metadata.len() > MAX_METADATA_ENTRIES {
@@ -112,7 +112,7 @@ impl HeartbeatRequest {
         }
         for (key, value) in &metadata {
             v.check(
-                validation::token("metadata", key, MAX_METADATA_KEY_BYTES).map_err(|e| {
+                validation::token("metadata", key, MAX_METADATA_KEY_CHARS).map_err(|e| {
                     Invalid::one(format!("metadata.{key}"), format!("key {}", e.0[0].message))
                 }),
             );
@@ -120,7 +120,7 @@ impl HeartbeatRequest {
                 v.check(validation::label(
                     &format!("metadata.{key}"),
                     value,
-                    MAX_METADATA_VALUE_BYTES,
+                    MAX_METADATA_VALUE_CHARS,
                 ));
             }
         }

@@ -3,6 +3,7 @@
 //! Routes and the OpenAPI document come from the same declarations (`#[utoipa::path]` handlers
 //! registered with `routes!`), so the spec cannot drift from the router.
 
+mod contract;
 pub mod error;
 pub mod extract;
 mod middleware;
@@ -103,10 +104,14 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::metrics))
 }
 
-/// The OpenAPI document, as served at `/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, api) = api_router().split_for_parts();
-    without_wildcards(api)
+/// The published OpenAPI document, as served at `/openapi.json` (built once).
+pub fn openapi() -> &'static serde_json::Value {
+    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let (_, api) = api_router().split_for_parts();
+        let derived = serde_json::to_value(without_wildcards(api)).expect("the spec serialises");
+        contract::publish(derived)
+    })
 }
 
 /// axum spells a catch-all segment `{*grain}` (it may contain '/'); OpenAPI has no such syntax, so
@@ -121,9 +126,12 @@ fn without_wildcards(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
 
 /// The whole application: API routes, spec, Swagger UI and every cross-cutting layer.
 pub fn app(state: AppState, limits: Limits) -> Router {
-    let (router, api) = api_router().split_for_parts();
+    let (router, _) = api_router().split_for_parts();
     let router = router
-        .merge(SwaggerUi::new("/swagger-ui").url("/openapi.json", without_wildcards(api)))
+        .merge(
+            SwaggerUi::new("/swagger-ui")
+                .external_url_unchecked("/openapi.json", openapi().clone()),
+        )
         .fallback(|| async { error::ApiError::from_status(axum::http::StatusCode::NOT_FOUND) });
 
     // Per-route layers, outermost first. They sit inside routing so that the span and the metrics

@@ -24,7 +24,10 @@ pub struct Health {
     get,
     path = "/healthz",
     tag = "operations",
-    responses((status = 200, description = "The process is alive", body = Health))
+    responses(
+        (status = 200, description = "The process is alive", body = Health),
+        (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
@@ -40,6 +43,7 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
     tag = "operations",
     responses(
         (status = 200, description = "Ready", body = Health),
+        (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unreachable", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -57,7 +61,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     get,
     path = "/metrics",
     tag = "operations",
-    responses((status = 200, description = "Metrics in the Prometheus text format", body = String, content_type = "text/plain"))
+    responses(
+        (status = 200, description = "Metrics in the Prometheus text format", body = String, content_type = "text/plain"),
+        (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (

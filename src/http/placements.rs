@@ -1,6 +1,6 @@
 //! "Where should grain X go": `POST /v1/clusters/{cluster}/placements` and `…/placements/batch`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::Json;
@@ -58,7 +58,7 @@ impl PlacementRequest {
 }
 
 /// Where the grain lives.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PlacementResponse {
     #[schema(example = "user/alice")]
     pub grain: String,
@@ -72,14 +72,11 @@ pub struct PlacementResponse {
     pub strategy: String,
     /// Identifies this activation; a grain placed again gets a larger epoch. Absent for stateless
     /// workers, which are never registered.
-    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = 1)]
     pub epoch: Option<i64>,
     /// For stateless workers: the most instances per silo (0 = the silo's processor count).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_local: Option<u32>,
     /// Present when `explain` was set and this call placed the grain.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
 }
 
@@ -103,17 +100,16 @@ impl From<Placement> for PlacementResponse {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"placements": [{"grain": "user/alice"}, {"grain": "order/12345"}]}))]
 pub struct PlacementBatchRequest {
-    /// 1 to 1000 distinct grains.
+    /// 1 to 1000 grains. A grain listed more than once is placed once; each listing gets that
+    /// answer (with the first listing's options).
     pub placements: Vec<PlacementRequest>,
 }
 
-/// One grain's answer: exactly one of `placement` and `error` is present.
-#[derive(Debug, Serialize, ToSchema)]
+/// One grain's answer: exactly one of `placement` and `error` is not null.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PlacementBatchItem {
     pub grain: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementResponse>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
 }
 
@@ -182,9 +178,9 @@ pub async fn post_placement_batch(
     ApiJson(batch): ApiJson<PlacementBatchRequest>,
 ) -> Result<Json<PlacementBatchResponse>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
-    let requests = validate_batch(batch)?;
+    let (requests, listings) = validate_batch(batch)?;
     let results = state.oracle.place_many(&cluster, &requests).await?;
-    let results = requests
+    let items: Vec<PlacementBatchItem> = requests
         .iter()
         .zip(results)
         .map(|(request, result)| match result {
@@ -200,10 +196,15 @@ pub async fn post_placement_batch(
             },
         })
         .collect();
+    let results = listings.into_iter().map(|i| items[i].clone()).collect();
     Ok(Json(PlacementBatchResponse { results }))
 }
 
-fn validate_batch(batch: PlacementBatchRequest) -> Result<Vec<PlaceRequest>, Invalid> {
+/// The distinct grains to place (a grain listed again is placed once, with its first listing's
+/// options), and for each listing the index of its grain among them.
+fn validate_batch(
+    batch: PlacementBatchRequest,
+) -> Result<(Vec<PlaceRequest>, Vec<usize>), Invalid> {
     let mut v = Violations::default();
     if batch.placements.is_empty() || batch.placements.len() > MAX_BATCH {
         v.add(
@@ -214,18 +215,18 @@ fn validate_batch(batch: PlacementBatchRequest) -> Result<Vec<PlaceRequest>, Inv
             ),
         );
     }
-    let mut seen = HashSet::new();
+    let mut index_of = HashMap::new();
     let mut requests = Vec::with_capacity(batch.placements.len());
+    let mut listings = Vec::with_capacity(batch.placements.len());
     for (i, item) in batch.placements.into_iter().enumerate() {
         if let Some(request) = v.check(item.validate(&format!("placements[{i}]."))) {
-            if !seen.insert(request.grain.clone()) {
-                v.add(
-                    format!("placements[{i}].grain"),
-                    format!("`{}` appears more than once in the batch", request.grain),
-                );
+            let next = requests.len();
+            let index = *index_of.entry(request.grain.clone()).or_insert(next);
+            if index == next {
+                requests.push(request);
             }
-            requests.push(request);
+            listings.push(index);
         }
     }
-    v.finish(|| requests)
+    v.finish(|| (requests, listings))
 }

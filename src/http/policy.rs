@@ -1,7 +1,7 @@
 //! `GET · PUT /v1/clusters/{cluster}/policy`: the placement policy, versioned with ETag / If-Match.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -32,12 +32,7 @@ fn respond(version: i64, policy: Policy) -> Response {
 /// Reads `If-Match`: `"3"` (or `W/"3"`) means "only if still version 3", `*` means "whatever it is".
 fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get(header::IF_MATCH) else {
-        return Err(ApiError::new(
-            StatusCode::PRECONDITION_REQUIRED,
-            "if-match-required",
-            "If-Match is required",
-            "send If-Match with the ETag of the policy you read (or `*` to overwrite whatever is there), so that concurrent changes are not lost",
-        ));
+        return Err(ApiError::if_match_required());
     };
     let text = value.to_str().unwrap_or_default().trim();
     if text == "*" {

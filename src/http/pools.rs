@@ -24,7 +24,6 @@ pub struct ConnectionResponse {
     /// How long the client may reuse this answer.
     #[schema(example = 5000)]
     pub valid_for_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub explanation: Option<ConnectionExplanation>,
 }
 

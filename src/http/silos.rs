@@ -96,7 +96,6 @@ pub struct SiloListResponse {
     /// Silos ordered by id; dead ones stay listed for an hour.
     pub silos: Vec<SiloResponse>,
     /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
 

@@ -26,13 +26,22 @@ pub struct Connection {
     pub explanation: Option<ConnectionExplanation>,
 }
 
+/// One candidate's figure: connections (a minute's average), bytes per second or CPU percent.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Figure {
+    #[schema(example = "10.0.0.7:11111@139002")]
+    pub silo: String,
+    #[schema(example = 12.5)]
+    pub value: f64,
+}
+
 /// Why a connection went where it did.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ConnectionExplanation {
     /// Available members (active, alive, selected), in the order the rule saw them.
     pub candidates: Vec<String>,
     /// Each candidate's figure as the rule compared it (lower wins); empty for round robin.
-    pub figures: Vec<(String, f64)>,
+    pub figures: Vec<Figure>,
     /// Whether the answer is the decision kept for the current 5-second window.
     pub kept: bool,
     pub burst_aware: bool,
@@ -143,7 +152,11 @@ impl Oracle {
             valid_for_ms: u64::from(pool.ttl_seconds) * 1_000,
             explanation: explain.then(|| ConnectionExplanation {
                 candidates: available.iter().map(|s| s.id.to_string()).collect(),
-                figures: choice.figures,
+                figures: choice
+                    .figures
+                    .into_iter()
+                    .map(|(silo, value)| Figure { silo, value })
+                    .collect(),
                 kept: choice.kept,
                 burst_aware: pool.burst_aware,
             }),

@@ -244,13 +244,10 @@ pub struct Explanation {
     /// Known silos that were not candidates, with the reason.
     pub excluded: Vec<Excluded>,
     /// What each placement filter removed, in the order they ran.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<filters::FilterEffect>,
     /// What the placement hint did, when one was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
     /// Scores of the candidates the strategy evaluated, when it scores.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<CandidateScore>,
     pub rule: Rule,
 }

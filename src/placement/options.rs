@@ -150,18 +150,21 @@ impl Default for WebhookOptions {
     }
 }
 
+/// Longest webhook URL accepted, in characters.
+pub const MAX_WEBHOOK_URL_CHARS: usize = 2_048;
+
 impl WebhookOptions {
     pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
         let mut v = Violations::default();
         if let Some(url) = &self.url {
             let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
             if !scheme_ok
-                || url.len() > 2_048
+                || url.chars().count() > MAX_WEBHOOK_URL_CHARS
                 || url.chars().any(|c| c.is_control() || c.is_whitespace())
             {
                 v.add(
                     format!("{prefix}url"),
-                    "must be an http:// or https:// URL of at most 2048 bytes without white space",
+                    "must be an http:// or https:// URL of at most 2048 characters without white space",
                 );
             }
         }

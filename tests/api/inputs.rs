@@ -40,13 +40,21 @@ async fn out_of_range_and_malformed_heartbeat_fields_are_each_named() {
             "cpu_usage",
             "grain_types[1]",
             "grain_types[2]",
-            "memory_usage_bytes",
             "metadata.bad key",
             "metadata.zone",
             "role",
         ]
     );
     app.get("/silos/b@1").await.problem(StatusCode::NOT_FOUND);
+
+    // A rule between fields is checked once each field is well formed.
+    let reply = app
+        .post(
+            "/heartbeats",
+            json!({ "silo": "b@1", "memory_usage_bytes": 20, "max_available_memory_bytes": 10 }),
+        )
+        .await;
+    assert_eq!(reply.invalid_fields(), ["memory_usage_bytes"]);
 }
 
 #[tokio::test]
@@ -120,10 +128,19 @@ async fn placement_inputs_are_validated_field_by_field() {
             json!({ "placements": [{ "grain": "user/a" }, { "grain": "nope" }, { "grain": "user/a" }] }),
         )
         .await;
-    assert_eq!(
-        reply.invalid_fields(),
-        ["placements[1].grain", "placements[2].grain"]
-    );
+    assert_eq!(reply.invalid_fields(), ["placements[1].grain"]);
+
+    // A grain listed twice is placed once, and both listings get that answer.
+    let reply = app
+        .post(
+            "/placements/batch",
+            json!({ "placements": [{ "grain": "user/twice" }, { "grain": "user/twice" }] }),
+        )
+        .await;
+    let results = reply.body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0]["placement"]["outcome"], "placed");
     app.get("/activations/user/a")
         .await
         .problem(StatusCode::NOT_FOUND);

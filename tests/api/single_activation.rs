@@ -409,7 +409,10 @@ async fn a_policy_with_fields_from_a_newer_version_is_read_and_they_are_kept() {
     );
 
     let refused = app.put_policy(None, newer).await;
-    assert_eq!(refused.invalid_fields(), ["from_the_future"]);
+    assert_eq!(
+        refused.invalid_fields(),
+        ["grain_types.user.also_new", "from_the_future"]
+    );
 }
 
 /// Item 6: every heartbeat rewrote an index entry (the liveness index held the stamp), so none

@@ -85,7 +85,7 @@ async fn scenario_4_stateless_workers_stay_local_even_when_joining_and_are_never
             (answer["silo"].as_str(), answer["outcome"].as_str()),
             (Some("joining@1"), Some("stateless"))
         );
-        assert!(answer.get("epoch").is_none());
+        assert!(answer["epoch"].is_null());
         assert_eq!(answer["max_local"], 0);
     }
     app.get("/activations/worker/w")

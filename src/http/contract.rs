@@ -1,0 +1,735 @@
+//! The published contract (`/openapi.json`, `openapi/openapi.json`): the document clients generate
+//! from, and the schemas request bodies are checked against.
+//!
+//! utoipa derives one schema per Rust type from its serde attributes. Generated clients need more
+//! than that derivation says, so [`publish`] finishes the document in one pass:
+//! - **Inputs and outputs differ.** A type both sent and received gets two schemas: `X`, as the
+//!   server writes it (every field present: the server never skips one, so response types have no
+//!   optional fields), and `XInput`, as a client may send it (fields with defaults optional).
+//! - **No `default` keyword in inputs.** openapi-typescript makes a field with a default required,
+//!   so the default is stated in the field's description instead.
+//! - **No single-item `oneOf`.** utoipa wraps a `$ref` in one to attach a description or default;
+//!   openapi-python-client drops such schemas. The `$ref` is used directly.
+//! - **The server's own rules.** Every string, number, list and map of an input carries the bounds
+//!   and pattern the server enforces ([`FIELD_RULES`], [`parameter_rule`]); request bodies are
+//!   checked against these very schemas ([`super::extract::ApiJson`]), so a body the spec calls
+//!   valid is one the server's schema check accepts and vice versa.
+//! - **Responses say what comes back.** Each error response shows an example of that error,
+//!   every response documents `x-request-id`, 429 and 503 document `Retry-After`.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use crate::cluster::names::{
+    grain_id_pattern, grain_type_pattern, DNS_LABEL_PATTERN, MAX_GRAIN_ID_CHARS,
+    MAX_GRAIN_TYPE_CHARS, MAX_SILO_ID_CHARS,
+};
+use crate::validation::{label_pattern, token_pattern, MAX_SAFE_INTEGER};
+
+const SCHEMA_REF: &str = "#/components/schemas/";
+/// Suffix of the schema a client sends when it differs from the one the server writes.
+pub const INPUT_SUFFIX: &str = "Input";
+
+/// Finishes the document utoipa derived (see the module docs).
+pub fn publish(mut doc: Value) -> Value {
+    visit_objects(&mut doc, &mut unwrap_single_one_of);
+    split_inputs_from_outputs(&mut doc);
+    apply_field_rules(&mut doc);
+    apply_parameter_rules(&mut doc);
+    title_union_variants(&mut doc);
+    document_responses(&mut doc);
+    doc["info"]["license"] =
+        json!({"name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0"});
+    doc["servers"] = json!([{"url": "/", "description": "The oracle serving this document"}]);
+    doc
+}
+
+/// Calls `f` on every JSON object, innermost first.
+fn visit_objects(value: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
+    match value {
+        Value::Object(map) => {
+            for child in map.values_mut() {
+                visit_objects(child, f);
+            }
+            f(map);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| visit_objects(item, f)),
+        _ => {}
+    }
+}
+
+/// `{"oneOf": [X], …}` becomes X with the other keys beside it.
+fn unwrap_single_one_of(map: &mut Map<String, Value>) {
+    let single = matches!(map.get("oneOf"), Some(Value::Array(items)) if items.len() == 1);
+    if !single {
+        return;
+    }
+    let Some(Value::Array(mut items)) = map.remove("oneOf") else {
+        return;
+    };
+    if let Value::Object(inner) = items.remove(0) {
+        for (key, value) in inner {
+            map.entry(key).or_insert(value);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server's rules, stated in the schemas.
+
+/// A free-form label: printable, 1 to `max` characters.
+fn label(max: usize) -> Value {
+    json!({"minLength": 1, "maxLength": max, "pattern": label_pattern()})
+}
+
+/// A label that may also be empty.
+fn optional_label(max: usize) -> Value {
+    json!({"maxLength": max, "pattern": label_pattern().replace("]+$", "]*$")})
+}
+
+/// An identifier: printable, no white space, 1 to `max` characters.
+fn token(max: usize) -> Value {
+    json!({"minLength": 1, "maxLength": max, "pattern": token_pattern("")})
+}
+
+fn silo_id() -> Value {
+    token(MAX_SILO_ID_CHARS)
+}
+
+fn grain_id() -> Value {
+    json!({"minLength": 3, "maxLength": MAX_GRAIN_ID_CHARS, "pattern": grain_id_pattern()})
+}
+
+fn grain_type() -> Value {
+    json!({"minLength": 1, "maxLength": MAX_GRAIN_TYPE_CHARS, "pattern": grain_type_pattern()})
+}
+
+fn dns_label() -> Value {
+    json!({"minLength": 1, "maxLength": 63, "pattern": DNS_LABEL_PATTERN})
+}
+
+fn range(min: i64, max: u64) -> Value {
+    json!({"minimum": min, "maximum": max})
+}
+
+fn metadata(max_entries: usize, min_entries: usize, value: Value) -> Value {
+    json!({
+        "minProperties": min_entries,
+        "maxProperties": max_entries,
+        "propertyNames": token(128),
+        "additionalProperties": value,
+    })
+}
+
+/// The rules of every input field, by schema and property; a schema name ending in `[]` means
+/// every variant of that union. A test checks that no input string, number, list or map is left
+/// without one.
+#[allow(clippy::type_complexity)]
+const FIELD_RULES: &[(&str, &str, fn() -> Value)] = &[
+    ("HeartbeatRequest", "silo", silo_id),
+    ("HeartbeatRequest", "address", silo_id),
+    ("HeartbeatRequest", "role", || label(128)),
+    ("HeartbeatRequest", "metadata", || {
+        metadata(64, 0, optional_label(1_024))
+    }),
+    (
+        "HeartbeatRequest",
+        "grain_types",
+        || json!({"maxItems": 4_096, "items": grain_type()}),
+    ),
+    ("HeartbeatRequest", "cpu_usage", || range(0, 100)),
+    ("HeartbeatRequest", "memory_usage_bytes", safe_count),
+    ("HeartbeatRequest", "max_available_memory_bytes", safe_count),
+    ("HeartbeatRequest", "activation_count", safe_count),
+    ("HeartbeatRequest", "recent_activation_count", safe_count),
+    ("HeartbeatRequest", "connection_count", safe_count),
+    ("HeartbeatRequest", "network_bytes_per_second", safe_count),
+    ("PlacementRequest", "grain", grain_id),
+    ("PlacementRequest", "requesting_silo", silo_id),
+    ("PlacementRequest", "hint", silo_id),
+    (
+        "PlacementBatchRequest",
+        "placements",
+        || json!({"minItems": 1, "maxItems": super::placements::MAX_BATCH}),
+    ),
+    ("Policy", "silo_ttl_ms", || range(100, 86_400_000)),
+    (
+        "Policy",
+        "grain_types",
+        || json!({"maxProperties": 4_096, "propertyNames": grain_type()}),
+    ),
+    ("ResourceOptimizedOptions", "cpu_usage_weight", percent),
+    ("ResourceOptimizedOptions", "memory_usage_weight", percent),
+    (
+        "ResourceOptimizedOptions",
+        "available_memory_weight",
+        percent,
+    ),
+    (
+        "ResourceOptimizedOptions",
+        "max_available_memory_weight",
+        percent,
+    ),
+    (
+        "ResourceOptimizedOptions",
+        "activation_count_weight",
+        percent,
+    ),
+    (
+        "ResourceOptimizedOptions",
+        "local_silo_preference_margin",
+        percent,
+    ),
+    ("ActivationCountOptions", "choose_out_of", || {
+        range(1, 1_000)
+    }),
+    ("StatelessWorkerOptions", "max_local", || unsigned_32(0)),
+    ("ConsistentHashOptions", "load_factor_percent", || {
+        range(100, 1_000)
+    }),
+    ("WebhookOptions", "url", || {
+        json!({
+            "maxLength": crate::placement::options::MAX_WEBHOOK_URL_CHARS,
+            "pattern": format!("^https?://{}$", crate::validation::token_class("", "*")),
+        })
+    }),
+    ("WebhookOptions", "timeout_ms", || range(1, 2_000)),
+    (
+        "Filter[]",
+        "keys",
+        || json!({"minItems": 1, "maxItems": 16, "items": token(128)}),
+    ),
+    (
+        "Filter[]",
+        "order",
+        || json!({"minimum": i32::MIN, "maximum": i32::MAX}),
+    ),
+    ("Filter[]", "min_candidates", || unsigned_32(1)),
+    ("Pool", "ttl_seconds", || range(0, 3_600)),
+    (
+        "Members",
+        "silos",
+        || json!({"minItems": 1, "maxItems": 1_000, "items": silo_id()}),
+    ),
+    ("Members", "role", || label(128)),
+    ("Members", "metadata", || metadata(16, 1, label(1_024))),
+];
+
+/// A `u32` from `min`: beyond `int32`, so its format says `int64`.
+fn unsigned_32(min: i64) -> Value {
+    json!({"minimum": min, "maximum": u32::MAX, "format": "int64"})
+}
+
+fn safe_count() -> Value {
+    range(0, MAX_SAFE_INTEGER)
+}
+
+fn percent() -> Value {
+    range(0, 100)
+}
+
+/// Rules of whole schemas (not of one field); a name ending in `[]` means every variant.
+const SCHEMA_RULES: &[(&str, fn() -> Value)] = &[
+    // At most one way of choosing members.
+    ("Members", || json!({"maxProperties": 1})),
+    // serde refuses unknown fields in a filter too (utoipa does not say so for enum variants).
+    ("Filter[]", || json!({"additionalProperties": false})),
+];
+
+/// The input schemas a rule's target names: one schema, or each variant of a union (`Name[]`);
+/// `NameInput` where the type's input and output differ.
+fn targets<'d>(schemas: &'d mut Value, target: &str) -> Vec<&'d mut Value> {
+    let (name, each_variant) = match target.strip_suffix("[]") {
+        Some(union) => (union, true),
+        None => (target, false),
+    };
+    let input = format!("{name}{INPUT_SUFFIX}");
+    let name = if schemas.get(&input).is_some() {
+        input
+    } else {
+        name.to_owned()
+    };
+    let Some(schema) = schemas.get_mut(&name) else {
+        return Vec::new();
+    };
+    if each_variant {
+        schema
+            .get_mut("oneOf")
+            .and_then(Value::as_array_mut)
+            .map(|variants| variants.iter_mut().collect())
+            .unwrap_or_default()
+    } else {
+        vec![schema]
+    }
+}
+
+/// Merges `rules` into `target`, object by object (`items`, `additionalProperties` included).
+fn merge(target: &mut Value, rules: Value) {
+    match (target, rules) {
+        (Value::Object(target), Value::Object(rules)) => {
+            for (key, value) in rules {
+                match target.get_mut(&key) {
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge(existing, value)
+                    }
+                    _ => {
+                        target.insert(key, value);
+                    }
+                }
+            }
+        }
+        (target, rules) => *target = rules,
+    }
+}
+
+fn apply_field_rules(doc: &mut Value) {
+    let schemas = &mut doc["components"]["schemas"];
+    for (schema, property, rules) in FIELD_RULES {
+        let mut found = false;
+        for target in targets(schemas, schema) {
+            let field = target
+                .get_mut("properties")
+                .and_then(|properties| properties.get_mut(*property));
+            if let Some(field) = field {
+                merge(field, rules());
+                found = true;
+            }
+        }
+        assert!(
+            found,
+            "a field rule names {schema}.{property}, which does not exist"
+        );
+    }
+    for (schema, rules) in SCHEMA_RULES {
+        for target in targets(schemas, schema) {
+            merge(target, rules());
+        }
+    }
+}
+
+/// The rule of a path, query or header parameter, by name (the same name means the same thing in
+/// every operation; `cursor` is a silo id or a grain id, whichever the list is ordered by).
+fn parameter_rule(name: &str, path: &str) -> Option<Value> {
+    Some(match name {
+        "cluster" | "pool" => dns_label(),
+        "silo" => silo_id(),
+        "grain" => grain_id(),
+        "cursor" if path.ends_with("/silos") => silo_id(),
+        "cursor" => grain_id(),
+        "limit" => range(1, 1_000),
+        "epoch" => range(1, MAX_SAFE_INTEGER),
+        "If-Match" => json!({"pattern": r#"^(\*|(W/)?"[0-9]{1,18}")$"#}),
+        _ => return None,
+    })
+}
+
+fn apply_parameter_rules(doc: &mut Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|m| m.values_mut())
+        {
+            let Some(parameters) = operation
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut)
+            else {
+                continue;
+            };
+            for parameter in parameters {
+                let name = parameter["name"].as_str().unwrap_or_default().to_owned();
+                if let Some(rules) = parameter_rule(&name, path) {
+                    merge(&mut parameter["schema"], rules);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs and outputs.
+
+/// Names of the schemas `roots` reach through `$ref`s.
+fn reachable(schemas: &Map<String, Value>, roots: Vec<String>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut pending = roots;
+    while let Some(name) = pending.pop() {
+        if seen.insert(name.clone()) {
+            if let Some(schema) = schemas.get(&name) {
+                pending.extend(refs_in(schema));
+            }
+        }
+    }
+    seen
+}
+
+fn refs_in(value: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    collect_refs(value, &mut found);
+    found
+}
+
+fn collect_refs(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(name) = map
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix(SCHEMA_REF))
+            {
+                found.push(name.to_owned());
+            }
+            map.values().for_each(|child| collect_refs(child, found));
+        }
+        Value::Array(items) => items.iter().for_each(|child| collect_refs(child, found)),
+        _ => {}
+    }
+}
+
+/// Every operation of the document, mutable.
+fn operations(doc: &mut Value) -> impl Iterator<Item = &mut Value> {
+    doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|m| m.values_mut())
+        })
+}
+
+/// Whether a schema describes objects (directly or in a union): only those differ between input
+/// and output.
+fn has_properties(value: &Value) -> bool {
+    value.get("properties").is_some()
+        || value
+            .get("oneOf")
+            .and_then(Value::as_array)
+            .is_some_and(|variants| variants.iter().any(has_properties))
+}
+
+fn split_inputs_from_outputs(doc: &mut Value) {
+    let mut request_roots = Vec::new();
+    let mut response_roots = Vec::new();
+    for operation in operations(doc) {
+        request_roots.extend(refs_in(&operation["requestBody"]));
+        request_roots.extend(refs_in(&operation["parameters"]));
+        response_roots.extend(refs_in(&operation["responses"]));
+    }
+    let schemas = doc["components"]["schemas"]
+        .as_object_mut()
+        .expect("the document has schemas");
+    let inputs = reachable(schemas, request_roots);
+    let outputs = reachable(schemas, response_roots);
+    let both: BTreeSet<String> = inputs
+        .intersection(&outputs)
+        .filter(|name| schemas.get(*name).is_some_and(has_properties))
+        .cloned()
+        .collect();
+    let input_name = |name: &str| format!("{name}{INPUT_SUFFIX}");
+
+    for name in &both {
+        let copy = schemas[name].clone();
+        schemas.insert(input_name(name), copy);
+    }
+    let rename = |value: &mut Value| {
+        visit_objects(value, &mut |map| {
+            let target = map
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix(SCHEMA_REF))
+                .filter(|name| both.contains(*name))
+                .map(|name| format!("{SCHEMA_REF}{}", input_name(name)));
+            if let Some(target) = target {
+                map.insert("$ref".into(), Value::String(target));
+            }
+        })
+    };
+    let names: Vec<String> = schemas.keys().cloned().collect();
+    for name in names {
+        let schema = schemas.get_mut(&name).expect("listed");
+        let is_input_copy = name
+            .strip_suffix(INPUT_SUFFIX)
+            .is_some_and(|original| both.contains(original));
+        if is_input_copy || (inputs.contains(&name) && !outputs.contains(&name)) {
+            rename(schema);
+            visit_objects(schema, &mut describe_default);
+        } else if outputs.contains(&name) {
+            if both.contains(&name) {
+                // The example shows what a client sends; the output's is that, as stored.
+                match (schema.get("example"), output_example(&name)) {
+                    (Some(example), Some(as_written)) => {
+                        schema["example"] = as_written(example.clone());
+                    }
+                    _ => {
+                        schema.as_object_mut().map(|map| map.remove("example"));
+                    }
+                }
+            }
+            visit_objects(schema, &mut |map| {
+                map.remove("default");
+                if let Some(Value::Object(properties)) = map.get("properties") {
+                    let required = properties.keys().cloned().map(Value::String).collect();
+                    map.insert("required".into(), Value::Array(required));
+                }
+            });
+        }
+    }
+    for operation in operations(doc) {
+        if let Some(body) = operation.get_mut("requestBody") {
+            rename(body);
+        }
+    }
+}
+
+/// How the server writes back a type it also reads: the input example, read and written again.
+fn output_example(name: &str) -> Option<fn(Value) -> Value> {
+    fn as_written<T: serde::de::DeserializeOwned + serde::Serialize>(example: Value) -> Value {
+        let value: T = serde_json::from_value(example).expect("the example is a valid input");
+        serde_json::to_value(value).expect("it serialises")
+    }
+    match name {
+        "Policy" => Some(as_written::<crate::placement::policy::Policy>),
+        "Pool" => Some(as_written::<crate::connect::Pool>),
+        _ => None,
+    }
+}
+
+/// Moves a `default` into the description.
+fn describe_default(map: &mut Map<String, Value>) {
+    let Some(default) = map.remove("default") else {
+        return;
+    };
+    if default.is_null() {
+        return;
+    }
+    let shown = match &default {
+        Value::String(text) => format!("`{text}`"),
+        Value::Object(fields) if fields.is_empty() => "none".to_owned(),
+        Value::Array(items) if items.is_empty() => "none".to_owned(),
+        Value::Object(_) => "each field's own default".to_owned(),
+        other => format!("`{other}`"),
+    };
+    let description = map
+        .get("description")
+        .and_then(Value::as_str)
+        .map_or(String::new(), |d| format!("{}\n\n", d.trim_end()));
+    map.insert(
+        "description".into(),
+        Value::String(format!("{description}Default: {shown}.")),
+    );
+}
+
+/// Gives each variant of a tagged union (`kind`) a title, so generators name it after its kind.
+fn title_union_variants(doc: &mut Value) {
+    let Some(schemas) = doc["components"]["schemas"].as_object_mut() else {
+        return;
+    };
+    for (name, schema) in schemas.iter_mut() {
+        let base = name.strip_suffix(INPUT_SUFFIX).unwrap_or(name);
+        let suffix = &name[base.len()..];
+        let Some(variants) = schema.get_mut("oneOf").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for variant in variants {
+            let kind = variant["properties"]["kind"]["enum"][0]
+                .as_str()
+                .map(pascal_case);
+            if let Some(kind) = kind {
+                variant["title"] = Value::String(format!("{kind}{base}{suffix}"));
+            }
+        }
+    }
+}
+
+fn pascal_case(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or(String::new(), |first| {
+                first.to_uppercase().chain(chars).collect()
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses.
+
+fn document_responses(doc: &mut Value) {
+    for operation in operations(doc) {
+        let operation_id = operation["operationId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let Some(responses) = operation
+            .get_mut("responses")
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        for (status, response) in responses.iter_mut() {
+            let headers = response["headers"]
+                .as_object_mut()
+                .map(std::mem::take)
+                .unwrap_or_default();
+            let mut headers = Value::Object(headers);
+            headers["x-request-id"] = json!({
+                "description": "Identifies this request in the oracle's logs: the caller's own \
+                                `x-request-id` when it sent one, a new UUID otherwise.",
+                "schema": {"type": "string"},
+            });
+            if status == "429" || status == "503" {
+                headers["Retry-After"] = json!({
+                    "description": "Seconds to wait before retrying.",
+                    "schema": {"type": "integer", "minimum": 1},
+                });
+            }
+            response["headers"] = headers;
+            let problem = response
+                .get_mut("content")
+                .and_then(|content| content.get_mut(super::error::PROBLEM_JSON));
+            if let Some(problem) = problem {
+                if let Some(example) = super::error::example_problem(&operation_id, status) {
+                    problem["example"] = example;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking request bodies against the contract.
+
+/// One compiled validator per schema a client may send, by the Rust type's schema name.
+fn body_validators() -> &'static std::collections::HashMap<String, jsonschema::Validator> {
+    static VALIDATORS: std::sync::OnceLock<
+        std::collections::HashMap<String, jsonschema::Validator>,
+    > = std::sync::OnceLock::new();
+    VALIDATORS.get_or_init(|| {
+        let doc = super::openapi();
+        let mut validators = std::collections::HashMap::new();
+        for operation in doc["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|paths| paths.values())
+            .flat_map(|item| item.as_object().into_iter().flat_map(|m| m.values()))
+        {
+            for name in refs_in(&operation["requestBody"]) {
+                let root = json!({
+                    "$ref": format!("{SCHEMA_REF}{name}"),
+                    "components": {"schemas": doc["components"]["schemas"].clone()},
+                });
+                let validator = jsonschema::options()
+                    .with_draft(jsonschema::Draft::Draft202012)
+                    .build(&root)
+                    .unwrap_or_else(|error| {
+                        panic!("the schema of {name} does not compile: {error}")
+                    });
+                let type_name = name.strip_suffix(INPUT_SUFFIX).unwrap_or(&name).to_owned();
+                validators.insert(type_name, validator);
+            }
+        }
+        validators
+    })
+}
+
+/// Every way `body` breaks the published schema of the type named `type_name`, each naming its
+/// field as the rest of the API does (`members.silos[0]`); empty when it conforms or when the
+/// type is not a request body.
+pub fn check_body(type_name: &str, body: &Value) -> Vec<crate::validation::FieldError> {
+    let Some(validator) = body_validators().get(type_name) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for error in validator.iter_errors(body) {
+        field_errors(&error, &mut found);
+    }
+    // One message per field: an empty string breaks both `minLength` and `pattern`, say, and the
+    // first says it best.
+    let mut seen = BTreeSet::new();
+    found.retain(|error| seen.insert(error.field.clone()));
+    found
+}
+
+/// The field errors one schema violation stands for. A value that fits no branch of a union
+/// (a nullable object, a filter of some kind) is reported by the branch it came closest to, so
+/// the field named is the one inside that is wrong; a bad map key is named by the key.
+fn field_errors(
+    error: &jsonschema::ValidationError<'_>,
+    out: &mut Vec<crate::validation::FieldError>,
+) {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let field = dotted(&error.instance_path().to_string());
+    match error.kind() {
+        Kind::OneOfNotValid { context } | Kind::AnyOf { context } => {
+            let here = error.instance_path().to_string();
+            let closest = context
+                .iter()
+                .filter(|branch| {
+                    !branch.iter().all(|e| {
+                        matches!(e.kind(), Kind::Type { .. })
+                            && e.instance_path().to_string() == here
+                    })
+                })
+                .min_by_key(|branch| branch.len());
+            match closest {
+                Some(branch) => branch.iter().for_each(|e| field_errors(e, out)),
+                None => out.push(field_error(field, error.to_string())),
+            }
+        }
+        Kind::PropertyNames { error: inner } => {
+            let key = inner.instance().as_str().unwrap_or_default().to_owned();
+            out.push(field_error(join(&field, &key), format!("key {}", inner)));
+        }
+        Kind::AdditionalProperties { unexpected } => {
+            for name in unexpected {
+                out.push(field_error(
+                    join(&field, name),
+                    "unknown field: this object has no such field (see /openapi.json)".to_owned(),
+                ));
+            }
+        }
+        _ => out.push(field_error(field, error.to_string())),
+    }
+}
+
+fn field_error(field: String, message: String) -> crate::validation::FieldError {
+    crate::validation::FieldError { field, message }
+}
+
+/// `parent.name`, or `name` for the whole body.
+fn join(parent: &str, name: &str) -> String {
+    if parent == "body" {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+/// `/members/silos/0` → `members.silos[0]`; the empty pointer (the whole body) → `body`.
+fn dotted(pointer: &str) -> String {
+    let mut field = String::new();
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            field.push_str(&format!("[{segment}]"));
+        } else {
+            if !field.is_empty() {
+                field.push('.');
+            }
+            field.push_str(&segment);
+        }
+    }
+    if field.is_empty() {
+        "body".to_owned()
+    } else {
+        field
+    }
+}
