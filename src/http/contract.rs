@@ -122,11 +122,13 @@ fn metadata(max_entries: usize, min_entries: usize, value: Value) -> Value {
     })
 }
 
+/// Builds the JSON Schema keywords of a rule.
+type Rules = fn() -> Value;
+
 /// The rules of every input field, by schema and property; a schema name ending in `[]` means
 /// every variant of that union. A test checks that no input string, number, list or map is left
 /// without one.
-#[allow(clippy::type_complexity)]
-const FIELD_RULES: &[(&str, &str, fn() -> Value)] = &[
+const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ("HeartbeatRequest", "silo", silo_id),
     ("HeartbeatRequest", "address", silo_id),
     ("HeartbeatRequest", "role", || label(128)),
@@ -230,7 +232,7 @@ fn percent() -> Value {
 }
 
 /// Rules of whole schemas (not of one field); a name ending in `[]` means every variant.
-const SCHEMA_RULES: &[(&str, fn() -> Value)] = &[
+const SCHEMA_RULES: &[(&str, Rules)] = &[
     // At most one way of choosing members.
     ("Members", || json!({"maxProperties": 1})),
     // serde refuses unknown fields in a filter too (utoipa does not say so for enum variants).
