@@ -92,6 +92,7 @@ pub fn choose<'v>(
                 ("placed_since_heartbeat".to_owned(), deltas.get(silo) as f64),
             ]
             .into(),
+            missing: Vec::new(),
         })
         .collect();
     Ok(Choice {

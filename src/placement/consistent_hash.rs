@@ -53,6 +53,7 @@ pub fn choose<'v>(
             terms: load
                 .map(|l| [("load".to_owned(), l as f64)].into())
                 .unwrap_or_default(),
+            missing: Vec::new(),
         })
         .collect();
 

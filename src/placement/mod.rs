@@ -233,6 +233,9 @@ pub struct CandidateScore {
     pub score: f64,
     /// Each weighted term of the score, by name.
     pub terms: BTreeMap<String, f64>,
+    /// Terms the silo's heartbeats give no figure for (`resource_optimized`): its score is the
+    /// reported terms' sum divided by their weight. Empty for other strategies.
+    pub missing: Vec<String>,
 }
 
 /// Why a placement went where it did.

@@ -6,6 +6,10 @@
 //! not all pile onto one silo), a tiny jitter breaks ties, and the requesting silo wins if its score
 //! is within the preference margin of the best, keeping calls local when that costs little.
 //!
+//! Beyond Orleans, whose silos always publish every statistic: a silo scores on the figures it
+//! reports (CPU only is enough), its sum divided by the weight of those terms, and the explanation
+//! names the missing ones. Only when no silo reports anything is the choice random.
+//!
 //! Departure from Orleans (reference quirk 3): when every silo reports zero activations Orleans
 //! divides 0 by 0 and every score becomes NaN; here the activation term is 0 instead.
 
@@ -17,39 +21,47 @@ use super::options::ResourceOptimizedOptions;
 use super::{random, CandidateScore, Choice, ClusterView, Rule};
 use crate::cluster::{SiloRecord, SiloStatus};
 
-/// The figures a score is computed from.
+/// The figures a score is computed from; each one only if the silo reported it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Figures {
     /// Smoothed CPU, percent.
-    pub cpu: f64,
-    /// Smoothed memory use as a fraction of the silo's maximum (0 when the maximum is unknown).
-    pub memory_usage: f64,
-    /// Available memory as a fraction of the silo's maximum (0 when the maximum is unknown).
-    pub available_memory: f64,
-    /// The silo's maximum memory in bytes (0 when unknown: then no memory terms apply).
-    pub max_memory: f64,
-    pub activations: f64,
+    pub cpu: Option<f64>,
+    /// Smoothed memory use as a fraction of the silo's maximum (needs both).
+    pub memory_usage: Option<f64>,
+    /// Available memory as a fraction of the silo's maximum (needs both).
+    pub available_memory: Option<f64>,
+    /// The silo's maximum memory in bytes.
+    pub max_memory: Option<f64>,
+    pub activations: Option<f64>,
     pub overloaded: bool,
 }
 
 impl Figures {
-    /// A silo's figures, if it reported CPU and activation count.
+    /// A silo's figures, if it reported any: CPU, activation count or its memory size. A silo
+    /// that reports only some is scored on those (see [`score`]).
     pub fn of(silo: &SiloRecord) -> Option<Self> {
-        let cpu = silo.profile.smoothing.cpu_usage?;
-        let activations = silo.profile.load.activation_count? as f64;
-        let max = silo.profile.load.max_available_memory_bytes.unwrap_or(0) as f64;
-        let used = silo.profile.smoothing.memory_usage_bytes.unwrap_or(0) as f64;
-        let fraction = |x: f64| {
-            if max > 0.0 {
-                (x / max).clamp(0.0, 1.0)
-            } else {
-                0.0
-            }
-        };
+        let cpu = silo.profile.smoothing.cpu_usage;
+        let activations = silo.profile.load.activation_count.map(|n| n as f64);
+        let max = silo
+            .profile
+            .load
+            .max_available_memory_bytes
+            .filter(|&max| max > 0)
+            .map(|max| max as f64);
+        let used = silo
+            .profile
+            .smoothing
+            .memory_usage_bytes
+            .map(|used| used as f64);
+        if cpu.is_none() && activations.is_none() && max.is_none() {
+            return None;
+        }
+        let fraction = |x: f64, max: f64| (x / max).clamp(0.0, 1.0);
+        let both = max.zip(used);
         Some(Self {
             cpu,
-            memory_usage: fraction(used),
-            available_memory: fraction(max - used),
+            memory_usage: both.map(|(max, used)| fraction(used, max)),
+            available_memory: both.map(|(max, used)| fraction(max - used, max)),
             max_memory: max,
             activations,
             overloaded: silo.profile.load.overloaded,
@@ -87,39 +99,62 @@ impl Weights {
     }
 }
 
-/// The score's terms; their sum is the score.
-/// A silo's score terms, in name order (the order a score sums them in, so that a score computed
-/// with or without its explanation is the same number to the last bit). Memory terms only for silos
-/// that report their maximum memory.
+/// A silo's score terms in name order (the order a score sums them in, so that a score computed
+/// with or without its explanation is the same number to the last bit): each term's weighted value,
+/// or `None` when the silo did not report the figure behind it.
 fn term_values(
     f: &Figures,
     w: &Weights,
     largest_memory: f64,
     most_activations: f64,
-) -> impl Iterator<Item = (&'static str, f64)> {
-    let relative_activations = if most_activations > 0.0 {
-        f.activations / most_activations
-    } else {
-        0.0
-    };
-    let relative_memory = if largest_memory > 0.0 {
-        f.max_memory / largest_memory
-    } else {
-        0.0
-    };
-    let memory = f.max_memory > 0.0;
+) -> [(&'static str, f64, Option<f64>); 5] {
+    let relative = |x: f64, largest: f64| if largest > 0.0 { x / largest } else { 0.0 };
     [
-        Some(("activation_count", w.activations * relative_activations)),
-        memory.then_some(("available_memory", w.available * (1.0 - f.available_memory))),
-        Some(("cpu_usage", w.cpu * f.cpu / 100.0)),
-        memory.then_some((
+        (
+            "activation_count",
+            w.activations,
+            f.activations
+                .map(|n| w.activations * relative(n, most_activations)),
+        ),
+        (
+            "available_memory",
+            w.available,
+            f.available_memory.map(|a| w.available * (1.0 - a)),
+        ),
+        ("cpu_usage", w.cpu, f.cpu.map(|cpu| w.cpu * cpu / 100.0)),
+        (
             "max_available_memory",
-            w.max_memory * (1.0 - relative_memory),
-        )),
-        memory.then_some(("memory_usage", w.memory * f.memory_usage)),
+            w.max_memory,
+            f.max_memory
+                .map(|max| w.max_memory * (1.0 - relative(max, largest_memory))),
+        ),
+        (
+            "memory_usage",
+            w.memory,
+            f.memory_usage.map(|used| w.memory * used),
+        ),
     ]
-    .into_iter()
-    .flatten()
+}
+
+/// The score: the sum of the reported terms. When some are missing, the sum is divided by the
+/// weight of those reported, so a silo that reports only CPU is judged by its CPU on the same
+/// 0-to-1 scale as one that reports everything (rather than looking idle for what it left out).
+fn score(terms: &[(&'static str, f64, Option<f64>); 5]) -> f64 {
+    let (mut sum, mut reported_weight, mut missing) = (0.0, 0.0, false);
+    for &(_, weight, value) in terms {
+        match value {
+            Some(value) => {
+                sum += value;
+                reported_weight += weight;
+            }
+            None => missing |= weight > 0.0,
+        }
+    }
+    match (missing, reported_weight > 0.0) {
+        (false, _) => sum,
+        (true, true) => sum / reported_weight,
+        (true, false) => 0.0,
+    }
 }
 
 /// Picks the lowest score among √n candidates sampled from those with figures that are not
@@ -151,25 +186,31 @@ pub fn choose<'v>(
     let mut relevant: Vec<u32> = Vec::with_capacity(candidates.len());
     for (i, silo) in candidates.iter().enumerate() {
         if let Some(f) = Figures::of(silo) {
-            largest_memory = largest_memory.max(f.max_memory);
-            most_activations = most_activations.max(f.activations);
+            largest_memory = largest_memory.max(f.max_memory.unwrap_or(0.0));
+            most_activations = most_activations.max(f.activations.unwrap_or(0.0));
             if !f.overloaded {
                 relevant.push(i as u32);
             }
         }
     }
     let weights = Weights::of(options);
-    let score_of = |f: &Figures| -> f64 {
-        term_values(f, &weights, largest_memory, most_activations)
-            .map(|(_, value)| value)
-            .sum()
-    };
-    let explained = |silo: &SiloRecord, f: &Figures, score: f64| CandidateScore {
-        silo: silo.id.to_string(),
-        score,
-        terms: term_values(f, &weights, largest_memory, most_activations)
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect::<BTreeMap<_, _>>(),
+    let score_of =
+        |f: &Figures| -> f64 { score(&term_values(f, &weights, largest_memory, most_activations)) };
+    let explained = |silo: &SiloRecord, f: &Figures, score: f64| {
+        let terms = term_values(f, &weights, largest_memory, most_activations);
+        CandidateScore {
+            silo: silo.id.to_string(),
+            score,
+            terms: terms
+                .iter()
+                .filter_map(|&(name, _, value)| Some((name.to_owned(), value?)))
+                .collect::<BTreeMap<_, _>>(),
+            missing: terms
+                .iter()
+                .filter(|(_, _, value)| value.is_none())
+                .map(|&(name, _, _)| name.to_owned())
+                .collect(),
+        }
     };
 
     let sampled = (relevant.len() as f64).sqrt().ceil() as usize;
@@ -245,6 +286,51 @@ mod tests {
         s.profile.load.max_available_memory_bytes = Some(max);
         s.profile.load.activation_count = Some(activations);
         s
+    }
+
+    /// A silo that reports only its CPU (the smallest useful heartbeat).
+    fn cpu_only(id: &str, cpu: f64) -> SiloRecord {
+        let mut s = silo(id, SiloStatus::Active, None);
+        s.profile.smoothing.cpu_usage = Some(cpu);
+        s
+    }
+
+    #[test]
+    fn silos_reporting_only_cpu_are_scored_by_it_and_the_missing_terms_are_named() {
+        let v = view(vec![cpu_only("busy", 60.0), cpu_only("idle", 20.0)]);
+        for seed in 0..20 {
+            let (chosen, rule, scores) =
+                decide(&v, None, &ResourceOptimizedOptions::default(), seed);
+            assert_eq!((chosen.as_str(), rule), ("idle", Rule::LowestScore));
+            let idle = scores.iter().find(|s| s.silo == "idle").unwrap();
+            // Only the CPU term is reported: the score is CPU on the 0-to-1 scale.
+            assert!((idle.score - 0.20).abs() < 1e-12, "{}", idle.score);
+            assert_eq!(idle.terms.keys().collect::<Vec<_>>(), ["cpu_usage"]);
+            assert_eq!(
+                idle.missing,
+                [
+                    "activation_count",
+                    "available_memory",
+                    "max_available_memory",
+                    "memory_usage"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_partial_reporter_is_judged_on_the_same_scale_as_a_full_one() {
+        // A full reporter at 50 % of everything against a CPU-only silo at 40 % CPU: the partial
+        // one scores 0.40 (not 0.40 × the CPU weight, which would make it look nearly idle).
+        let full = loaded("full", 50.0, 4 * GIB, 8 * GIB, 100);
+        let v = view(vec![full, cpu_only("partial", 40.0)]);
+        let (_, _, scores) = decide(&v, None, &ResourceOptimizedOptions::default(), 1);
+        let partial = scores.iter().find(|s| s.silo == "partial").unwrap();
+        assert!((partial.score - 0.40).abs() < 1e-12, "{}", partial.score);
+        let full = scores.iter().find(|s| s.silo == "full").unwrap();
+        assert!(full.missing.is_empty());
+        let sum: f64 = full.terms.values().sum();
+        assert!((full.score - sum).abs() < 1e-12);
     }
 
     /// The reference's worked example: A scores 0.695, B 0.275.
