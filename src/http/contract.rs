@@ -688,7 +688,11 @@ fn field_errors(
         }
         Kind::PropertyNames { error: inner } => {
             let key = inner.instance().as_str().unwrap_or_default().to_owned();
-            out.push(field_error(join(&field, &key), format!("key {}", inner)));
+            let rule = match inner.kind() {
+                Kind::Pattern { pattern } => pattern_rule(pattern),
+                _ => inner.to_string(),
+            };
+            out.push(field_error(join(&field, &key), format!("key {rule}")));
         }
         Kind::AdditionalProperties { unexpected } => {
             for name in unexpected {
@@ -698,8 +702,29 @@ fn field_errors(
                 ));
             }
         }
+        Kind::Pattern { pattern } => out.push(field_error(field, pattern_rule(pattern))),
         _ => out.push(field_error(field, error.to_string())),
     }
+}
+
+/// The rule a pattern stands for, in words.
+fn pattern_rule(pattern: &str) -> String {
+    let rule = if pattern == DNS_LABEL_PATTERN {
+        "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit"
+    } else if pattern == grain_id_pattern() {
+        "must be `type/key`, e.g. `user/alice`: a grain type without white space, a '/', then a key without control characters"
+    } else if pattern == grain_type_pattern() {
+        "must not contain white space, control characters or '/'"
+    } else if pattern == token_pattern("") {
+        "must not contain white space or control characters (NUL, newline, tab, …)"
+    } else if pattern == label_pattern() || pattern == optional_label(0)["pattern"] {
+        "must not contain control characters (NUL, newline, tab, …)"
+    } else if pattern.starts_with("^https?://") {
+        "must be an http:// or https:// URL without white space"
+    } else {
+        return format!("must match the pattern {pattern}");
+    };
+    rule.to_owned()
 }
 
 fn field_error(field: String, message: String) -> crate::validation::FieldError {

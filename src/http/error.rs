@@ -417,12 +417,12 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 _ => "cluster",
             },
             match operation_id {
-                "post_heartbeat" => "must be a number from 0 to 100, got 140",
+                "post_heartbeat" => "140 is greater than the maximum of 100",
                 "post_placement" | "post_placement_batch" => {
-                    "must be `type/key`, e.g. `user/alice`: the type, a '/', then the key"
+                    "must be `type/key`, e.g. `user/alice`: a grain type without white space, a '/', then a key without control characters"
                 }
-                "put_policy" => "must be from 1 to 1000, got 0",
-                "put_pool" => "must be from 0 to 3600, got 86400",
+                "put_policy" => "0 is less than the minimum of 1",
+                "put_pool" => "86400 is greater than the maximum of 3600",
                 "list_silos" | "list_activations" => "must be from 1 to 1000",
                 "delete_activation" => "missing field `epoch`",
                 _ => "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",

@@ -43,12 +43,33 @@ where
 
 /// Parses a body, checks it against `T`'s published schema, then deserialises it.
 pub fn parse_checked_json<T: DeserializeOwned + ToSchema>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value = parse_value(bytes)?;
+    let mut value = parse_value(bytes)?;
+    integral_floats_as_integers(&mut value);
     let violations = super::contract::check_body(&T::name(), &value);
     if !violations.is_empty() {
         return Err(Invalid(violations).into());
     }
     from_value(value)
+}
+
+/// JSON Schema calls `97.0` an integer, serde does not; a number with no fraction becomes an
+/// integer so that a body the schema accepts deserialises (a float field reads integers too).
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) => {
+            if let Some(float) = number.as_f64().filter(|_| number.is_f64()) {
+                if float.fract() == 0.0 && (i64::MIN as f64..i64::MAX as f64).contains(&float) {
+                    *number = serde_json::Number::from(float as i64);
+                } else if float.fract() == 0.0 && (0.0..u64::MAX as f64).contains(&float) {
+                    *number = serde_json::Number::from(float as u64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
 }
 
 /// Deserialises a checked JSON value, naming the field of any error.

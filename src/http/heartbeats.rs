@@ -76,7 +76,8 @@ pub struct HeartbeatRequest {
     pub grain_types: Option<Vec<String>>,
     /// Percent, 0 to 100, raw (the oracle smooths it).
     pub cpu_usage: Option<f64>,
-    /// Bytes in use, raw (the oracle smooths it). At most `max_available_memory_bytes`.
+    /// Bytes in use, raw (the oracle smooths it). May exceed `max_available_memory_bytes` (a soft
+    /// limit): the silo then counts as full.
     pub memory_usage_bytes: Option<u64>,
     /// The silo's memory limit in bytes; available = max − usage.
     pub max_available_memory_bytes: Option<u64>,
@@ -159,15 +160,6 @@ impl HeartbeatRequest {
                 v.add(
                     field,
                     format!("must be at most {MAX_SAFE_INTEGER} (2^53 − 1)"),
-                );
-            }
-        }
-        if let (Some(used), Some(max)) = (self.memory_usage_bytes, self.max_available_memory_bytes)
-        {
-            if used > max {
-                v.add(
-                    "memory_usage_bytes",
-                    format!("must not exceed max_available_memory_bytes ({max}), got {used}"),
                 );
             }
         }

@@ -12,6 +12,7 @@ use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::cluster::ClusterName;
 use crate::placement::policy::Policy;
+use crate::validation::FieldError;
 
 /// The policy and its version (also sent as the `ETag`).
 #[derive(Debug, Serialize, ToSchema)]
@@ -20,11 +21,20 @@ pub struct PolicyResponse {
     #[schema(example = 3)]
     pub version: i64,
     pub policy: Policy,
+    /// What is valid but probably not meant, each naming its field: a webhook strategy without a
+    /// URL (its fallback then decides every placement).
+    pub warnings: Vec<FieldError>,
 }
 
 fn respond(version: i64, policy: Policy) -> Response {
     let etag = HeaderValue::from_str(&format!("\"{version}\"")).expect("digits are a valid header");
-    let mut response = Json(PolicyResponse { version, policy }).into_response();
+    let warnings = policy.warnings();
+    let mut response = Json(PolicyResponse {
+        version,
+        policy,
+        warnings,
+    })
+    .into_response();
     response.headers_mut().insert(header::ETAG, etag);
     response
 }
@@ -38,11 +48,16 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     if text == "*" {
         return Ok(None);
     }
-    text.trim_start_matches("W/")
-        .trim_matches('"')
-        .parse::<i64>()
+    let quoted = text.strip_prefix("W/").unwrap_or(text);
+    quoted
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .filter(|digits| {
+            (1..=18).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+        })
+        .and_then(|digits| digits.parse::<i64>().ok())
         .map(Some)
-        .map_err(|_| {
+        .ok_or_else(|| {
             ApiError::bad_request(format!(
                 "If-Match must be an ETag this API issued (like \"3\") or *, got {text:?}"
             ))

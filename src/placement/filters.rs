@@ -62,8 +62,8 @@ impl Filter {
     }
 }
 
-/// Checks a grain type's filter list: keys are metadata keys, and when there is more than one
-/// filter no two share an `order` (Orleans fails such placements at run time; we refuse the policy).
+/// Checks a grain type's filter list: keys are metadata keys. Filters that share an `order` run in
+/// the order listed (Orleans fails such placements at run time; here the order is simply defined).
 pub fn validate(filters: &[Filter], prefix: &str) -> Result<(), Invalid> {
     let mut v = Violations::default();
     for (i, filter) in filters.iter().enumerate() {
@@ -88,19 +88,6 @@ pub fn validate(filters: &[Filter], prefix: &str) -> Result<(), Invalid> {
                     "must be at least 1",
                 );
             }
-        }
-        if filters.len() > 1
-            && filters[..i]
-                .iter()
-                .any(|earlier| earlier.order() == filter.order())
-        {
-            v.add(
-                format!("{prefix}[{i}].order"),
-                format!(
-                    "order {} is used by an earlier filter; orders must differ",
-                    filter.order()
-                ),
-            );
         }
     }
     v.finish(|| ())
@@ -374,14 +361,23 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_orders_are_refused_when_there_are_several_filters() {
-        let one = Filter::RequiredMatch {
+    fn filters_sharing_an_order_run_in_the_order_listed() {
+        let zone = Filter::RequiredMatch {
             keys: keys(&["zone"]),
             order: 0,
         };
-        assert!(validate(std::slice::from_ref(&one), "filters").is_ok());
-        let errors = validate(&[one.clone(), one], "filters").unwrap_err().0;
-        assert_eq!(errors[0].field, "filters[1].order");
+        let rack = Filter::RequiredMatch {
+            keys: keys(&["rack"]),
+            order: 0,
+        };
+        assert!(validate(&[zone.clone(), rack.clone()], "filters").is_ok());
+        let mut sorted = [&zone, &rack];
+        sorted.sort_by_key(|f| f.order());
+        assert_eq!(
+            sorted,
+            [&zone, &rack],
+            "a stable sort keeps the listed order"
+        );
     }
 
     mod properties {

@@ -412,7 +412,7 @@ pub fn place(
     let (candidates, filter_effects) = candidates(view, request)?;
     // `webhook` decides with the operator's answer when it names a candidate, else by its fallback.
     let strategy = match request.strategy {
-        Strategy::Webhook => request.options.webhook.fallback,
+        Strategy::Webhook => request.options.webhook.fallback.into(),
         other => other,
     };
     let stateless_local = (strategy == Strategy::StatelessWorker)
@@ -457,8 +457,8 @@ pub fn place(
                 &request.options.consistent_hash,
                 deltas,
             ),
-            // A webhook's fallback is never a webhook (the options refuse it); should one slip
-            // through, the default strategy decides.
+            // A webhook's fallback is never a webhook (its type cannot say so); the arm is here
+            // for completeness.
             Strategy::ResourceOptimized | Strategy::Webhook => resource_optimized::choose(
                 view,
                 &candidates,

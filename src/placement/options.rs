@@ -136,8 +136,37 @@ pub struct WebhookOptions {
     #[schema(example = 250)]
     pub timeout_ms: u32,
     /// The strategy used when the endpoint is slow, failing, or answers a silo that is not a
-    /// candidate (any strategy but `webhook` and `stateless_worker`).
-    pub fallback: super::Strategy,
+    /// candidate.
+    pub fallback: FallbackStrategy,
+}
+
+/// A strategy that decides on its own and registers what it places: any but `webhook` and
+/// `stateless_worker`, so a webhook's fallback can stand in for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackStrategy {
+    Random,
+    PreferLocal,
+    HashBased,
+    ActivationCount,
+    #[default]
+    ResourceOptimized,
+    SiloRole,
+    ConsistentHash,
+}
+
+impl From<FallbackStrategy> for super::Strategy {
+    fn from(fallback: FallbackStrategy) -> Self {
+        match fallback {
+            FallbackStrategy::Random => Self::Random,
+            FallbackStrategy::PreferLocal => Self::PreferLocal,
+            FallbackStrategy::HashBased => Self::HashBased,
+            FallbackStrategy::ActivationCount => Self::ActivationCount,
+            FallbackStrategy::ResourceOptimized => Self::ResourceOptimized,
+            FallbackStrategy::SiloRole => Self::SiloRole,
+            FallbackStrategy::ConsistentHash => Self::ConsistentHash,
+        }
+    }
 }
 
 impl Default for WebhookOptions {
@@ -145,7 +174,7 @@ impl Default for WebhookOptions {
         Self {
             url: None,
             timeout_ms: 250,
-            fallback: super::Strategy::ResourceOptimized,
+            fallback: FallbackStrategy::ResourceOptimized,
         }
     }
 }
@@ -172,15 +201,6 @@ impl WebhookOptions {
             v.add(
                 format!("{prefix}timeout_ms"),
                 format!("must be from 1 to 2000, got {}", self.timeout_ms),
-            );
-        }
-        if matches!(
-            self.fallback,
-            super::Strategy::Webhook | super::Strategy::StatelessWorker
-        ) {
-            v.add(
-                format!("{prefix}fallback"),
-                "must be a strategy that decides on its own and registers: not webhook or stateless_worker",
             );
         }
         v.finish(|| ())

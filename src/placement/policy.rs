@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::filters::{self, Filter};
 use super::{Strategy, StrategyOptions};
 use crate::cluster::names::check_grain_type;
-use crate::validation::{Invalid, Violations};
+use crate::validation::{FieldError, Invalid, Violations};
 
 /// Most grain types one policy may configure.
 const MAX_GRAIN_TYPES: usize = 4_096;
@@ -93,21 +93,8 @@ impl Policy {
                 format!("must configure at most {MAX_GRAIN_TYPES} grain types"),
             );
         }
-        if self.default_strategy == Strategy::Webhook && self.options.webhook.url.is_none() {
-            v.add(
-                "options.webhook.url",
-                "is required when the default strategy is webhook",
-            );
-        }
         for (grain_type, policy) in &self.grain_types {
             let prefix = format!("grain_types.{grain_type}");
-            let resolved = self.resolve(grain_type, None);
-            if resolved.strategy == Strategy::Webhook && resolved.options.webhook.url.is_none() {
-                v.add(
-                    format!("{prefix}.options.webhook.url"),
-                    "is required for a grain type placed by webhook",
-                );
-            }
             v.check(check_grain_type(&prefix, grain_type));
             if let Some(options) = &policy.options {
                 v.check(options.validate(&format!("{prefix}.options.")));
@@ -118,6 +105,38 @@ impl Policy {
             ));
         }
         v.finish(|| ())
+    }
+
+    /// What is valid but probably not meant: a webhook strategy without a URL (its fallback then
+    /// decides every placement, counted as `unconfigured`). Shown with the policy rather than
+    /// refused, because whether a URL is needed depends on two fields at different levels, a rule
+    /// the published schema cannot state.
+    pub fn warnings(&self) -> Vec<FieldError> {
+        let unconfigured = |field: String, whose: &str| {
+            FieldError {
+            field,
+            message: format!(
+                "{whose} is placed by webhook but no url is set, so its fallback strategy decides every placement"
+            ),
+        }
+        };
+        let mut warnings = Vec::new();
+        if self.default_strategy == Strategy::Webhook && self.options.webhook.url.is_none() {
+            warnings.push(unconfigured(
+                "options.webhook.url".into(),
+                "every grain type without its own strategy",
+            ));
+        }
+        for grain_type in self.grain_types.keys() {
+            let resolved = self.resolve(grain_type, None);
+            if resolved.strategy == Strategy::Webhook && resolved.options.webhook.url.is_none() {
+                warnings.push(unconfigured(
+                    format!("grain_types.{grain_type}.options.webhook.url"),
+                    &format!("grain type `{grain_type}`"),
+                ));
+            }
+        }
+        warnings
     }
 
     /// The strategy, options and filters for `grain_type`; a per-call strategy overrides both.
@@ -195,7 +214,6 @@ mod tests {
                 "grain_types.us er",
                 "grain_types.user.options.activation_count.choose_out_of",
                 "grain_types.user.filters[1].min_candidates",
-                "grain_types.user.filters[1].order",
             ]
         );
     }

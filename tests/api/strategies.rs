@@ -307,18 +307,41 @@ async fn a_webhook_chooses_among_the_candidates_and_a_fallback_decides_when_it_c
 }
 
 #[tokio::test]
-async fn a_webhook_type_without_a_url_is_refused_by_the_policy() {
+async fn a_webhook_type_without_a_url_is_stored_with_a_warning_and_placed_by_its_fallback() {
     let app = TestApp::new(Backend::Memory).await;
+    app.heartbeat("a@1", json!({})).await;
     let reply = app
         .put_policy(
             Some("*"),
-            json!({ "grain_types": { "user": { "strategy": "webhook" } } }),
+            json!({ "grain_types": { "user": { "strategy": "webhook", "options": { "webhook": { "fallback": "hash_based" } } } } }),
         )
         .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let warnings = reply.body["warnings"].as_array().unwrap();
     assert_eq!(
-        reply.invalid_fields(),
+        warnings
+            .iter()
+            .map(|w| w["field"].as_str().unwrap())
+            .collect::<Vec<_>>(),
         ["grain_types.user.options.webhook.url"]
     );
+    assert_eq!(
+        app.get("/policy").await.body["warnings"],
+        reply.body["warnings"]
+    );
+    let placed = place(&app, json!({ "grain": "user/alice", "explain": true })).await;
+    assert_eq!(placed["silo"], "a@1");
+    assert_eq!(
+        placed["explanation"]["rule"], "hash",
+        "the fallback (hash_based) decided"
+    );
+    let metrics = app.send(axum::http::Method::GET, "/metrics", None).await;
+    assert!(metrics
+        .body
+        .as_str()
+        .unwrap()
+        .lines()
+        .any(|line| line.contains("unconfigured") && !line.starts_with('#')));
 }
 
 #[tokio::test]
