@@ -39,6 +39,7 @@ pub fn publish(mut doc: Value) -> Value {
     apply_parameter_rules(&mut doc);
     title_union_variants(&mut doc);
     document_responses(&mut doc);
+    link_operations(&mut doc);
     doc["info"]["license"] =
         json!({"name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0"});
     doc["servers"] = json!([{"url": "/", "description": "The oracle serving this document"}]);
@@ -602,6 +603,67 @@ fn document_responses(doc: &mut Value) {
                     problem["example"] = example;
                 }
             }
+        }
+    }
+}
+
+/// How one answer leads to the next call: (operation, status, link name, target operation,
+/// parameters as runtime expressions). Swagger UI shows them; generators and fuzzers follow them.
+const LINKS: &[(&str, &str, &str, &str, &[(&str, &str)])] = &[
+    (
+        "post_placement",
+        "200",
+        "LookUp",
+        "get_activation",
+        &[
+            ("cluster", "$request.path.cluster"),
+            ("grain", "$response.body#/grain"),
+        ],
+    ),
+    (
+        "post_placement",
+        "200",
+        "Deactivate",
+        "delete_activation",
+        &[
+            ("cluster", "$request.path.cluster"),
+            ("grain", "$response.body#/grain"),
+            ("silo", "$response.body#/silo"),
+            ("epoch", "$response.body#/epoch"),
+        ],
+    ),
+    (
+        "put_pool",
+        "200",
+        "Connect",
+        "post_connection",
+        &[
+            ("cluster", "$request.path.cluster"),
+            ("pool", "$request.path.pool"),
+        ],
+    ),
+    (
+        "put_policy",
+        "200",
+        "ReadBack",
+        "get_policy",
+        &[("cluster", "$request.path.cluster")],
+    ),
+];
+
+fn link_operations(doc: &mut Value) {
+    for operation in operations(doc) {
+        let id = operation["operationId"].as_str().unwrap_or_default().to_owned();
+        for (from, status, name, to, parameters) in LINKS.iter().filter(|link| link.0 == id) {
+            let parameters: Map<String, Value> = parameters
+                .iter()
+                .map(|(name, expression)| ((*name).to_owned(), json!(expression)))
+                .collect();
+            let response = operation
+                .get_mut("responses")
+                .and_then(|responses| responses.get_mut(*status))
+                .unwrap_or_else(|| panic!("a link starts at {from} {status}, which is not documented"));
+            response["links"][*name] = json!({"operationId": to, "parameters": parameters});
         }
     }
 }

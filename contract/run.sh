@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The contract suite: what clients in other languages rely on, checked against a running oracle on
+# Postgres.
+#   1. Redocly's recommended rules over openapi/openapi.json (redocly.yaml says the one exception).
+#   2. contract/clients.sh: Python and TypeScript clients generated from the unmodified spec,
+#      type-checked strictly, each walking through the README's calls.
+#   3. Schemathesis, every check, fixed seed (contract/schemathesis.toml says each adjustment).
+# Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node
+# and npm; tools install at their pinned versions under contract/build/. Usage: contract/run.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+ADMIN_URL=${DATABASE_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+DATABASE=oracle_contract
+PORT=${ORACLE_CONTRACT_PORT:-18090}
+BASE_URL="http://127.0.0.1:$PORT"
+MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-150}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "The oracle on a fresh Postgres database ($DATABASE), at $BASE_URL"
+cargo build --locked --quiet
+psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
+mkdir -p contract/build
+DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" ORACLE_LISTEN="127.0.0.1:$PORT" \
+  target/debug/placement-oracle > contract/build/oracle.log 2>&1 &
+ORACLE=$!
+trap 'kill $ORACLE 2>/dev/null || true' EXIT
+for attempt in $(seq 100); do
+  if curl -fs "$BASE_URL/readyz" > /dev/null; then break; fi
+  if ! kill -0 $ORACLE 2>/dev/null || [[ $attempt -eq 100 ]]; then
+    echo "the oracle did not become ready; its log:" >&2; cat contract/build/oracle.log >&2; exit 1
+  fi
+  sleep 0.2
+done
+# The served document is the committed one (cargo test checks the code against the file too).
+curl -fs "$BASE_URL/openapi.json" | python3 -c 'import json,sys; assert json.load(sys.stdin) == json.load(open("openapi/openapi.json")), "served spec differs from openapi/openapi.json"'
+
+step "Clients generated from the spec"
+bash contract/clients.sh "$BASE_URL"   # also installs the pinned Python and npm tools
+
+step "Redocly lint (recommended rules)"
+(cd contract/typescript && npx --no-install redocly lint --config ../../redocly.yaml ../../openapi/openapi.json)
+
+step "Schemathesis: every check, seed in contract/schemathesis.toml, $MAX_EXAMPLES examples per operation"
+# use_after_free is the one check left out, for the whole run: schemathesis cannot narrow a stateful
+# check to one operation, and it flags a design choice — a silo that left or died stays readable
+# as `status: dead` (documented on DELETE and GET …/silos/{silo}). The Rust suite covers reads after
+# deletes instead.
+contract/build/venv/bin/st --config-file contract/schemathesis.toml run "$BASE_URL/openapi.json" \
+  --url "$BASE_URL" --checks all --exclude-checks use_after_free \
+  --max-examples "$MAX_EXAMPLES" --no-color
+
+step "Contract suite passed"
