@@ -88,7 +88,7 @@ pub struct ActivationPage {
     path = "/v1/clusters/{cluster}/activations/{*grain}",
     tag = "directory",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
     ),
     responses(
@@ -119,7 +119,7 @@ pub async fn get_activation(
     path = "/v1/clusters/{cluster}/activations/{*grain}",
     tag = "directory",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
         DeactivateQuery,
     ),
@@ -154,7 +154,7 @@ pub async fn delete_activation(
     path = "/v1/clusters/{cluster}/activations",
     tag = "directory",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ListQuery,
     ),
     responses(

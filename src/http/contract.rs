@@ -162,6 +162,7 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
         "grain_types",
         || json!({"maxProperties": 4_096, "propertyNames": grain_type()}),
     ),
+    ("GrainTypePolicy", "filters", || json!({"maxItems": 16})),
     ("ResourceOptimizedOptions", "cpu_usage_weight", percent),
     ("ResourceOptimizedOptions", "memory_usage_weight", percent),
     (
@@ -327,6 +328,18 @@ fn parameter_rule(name: &str, path: &str) -> Option<Value> {
     })
 }
 
+/// What Swagger UI pre-fills: the names the README's walk-through uses, so that trying the
+/// operations in order (heartbeat, place, look up, deactivate) works as it is.
+fn parameter_example(name: &str) -> Option<Value> {
+    Some(match name {
+        "cluster" => json!("demo"),
+        "silo" => json!("10.0.0.5:11111@139000"),
+        "epoch" => json!(1),
+        "limit" => json!(100),
+        _ => return None,
+    })
+}
+
 fn apply_parameter_rules(doc: &mut Value) {
     let Some(paths) = doc["paths"].as_object_mut() else {
         return;
@@ -347,6 +360,11 @@ fn apply_parameter_rules(doc: &mut Value) {
                 let name = parameter["name"].as_str().unwrap_or_default().to_owned();
                 if let Some(rules) = parameter_rule(&name, path) {
                     merge(&mut parameter["schema"], rules);
+                }
+                if parameter.get("example").is_none() {
+                    if let Some(example) = parameter_example(&name) {
+                        parameter["example"] = example;
+                    }
                 }
             }
         }
@@ -607,54 +625,72 @@ fn document_responses(doc: &mut Value) {
     }
 }
 
-/// How one answer leads to the next call: (operation, status, link name, target operation,
-/// parameters as runtime expressions). Swagger UI shows them; generators and fuzzers follow them.
-const LINKS: &[(&str, &str, &str, &str, &[(&str, &str)])] = &[
-    (
-        "post_placement",
-        "200",
-        "LookUp",
-        "get_activation",
-        &[
+/// How one answer leads to the next call. Swagger UI shows links; generators and fuzzers follow them.
+struct Link {
+    from: &'static str,
+    status: &'static str,
+    name: &'static str,
+    to: &'static str,
+    /// Each parameter of `to`, as a runtime expression over the first call.
+    parameters: &'static [(&'static str, &'static str)],
+}
+
+const LINKS: &[Link] = &[
+    Link {
+        from: "post_placement",
+        status: "200",
+        name: "LookUp",
+        to: "get_activation",
+        parameters: &[
             ("cluster", "$request.path.cluster"),
             ("grain", "$response.body#/grain"),
         ],
-    ),
-    (
-        "post_placement",
-        "200",
-        "Deactivate",
-        "delete_activation",
-        &[
+    },
+    Link {
+        from: "post_placement",
+        status: "200",
+        name: "Deactivate",
+        to: "delete_activation",
+        parameters: &[
             ("cluster", "$request.path.cluster"),
             ("grain", "$response.body#/grain"),
             ("silo", "$response.body#/silo"),
             ("epoch", "$response.body#/epoch"),
         ],
-    ),
-    (
-        "put_pool",
-        "200",
-        "Connect",
-        "post_connection",
-        &[
+    },
+    Link {
+        from: "put_pool",
+        status: "200",
+        name: "Connect",
+        to: "post_connection",
+        parameters: &[
             ("cluster", "$request.path.cluster"),
             ("pool", "$request.path.pool"),
         ],
-    ),
-    (
-        "put_policy",
-        "200",
-        "ReadBack",
-        "get_policy",
-        &[("cluster", "$request.path.cluster")],
-    ),
+    },
+    Link {
+        from: "put_policy",
+        status: "200",
+        name: "ReadBack",
+        to: "get_policy",
+        parameters: &[("cluster", "$request.path.cluster")],
+    },
 ];
 
 fn link_operations(doc: &mut Value) {
     for operation in operations(doc) {
-        let id = operation["operationId"].as_str().unwrap_or_default().to_owned();
-        for (from, status, name, to, parameters) in LINKS.iter().filter(|link| link.0 == id) {
+        let id = operation["operationId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for Link {
+            from,
+            status,
+            name,
+            to,
+            parameters,
+        } in LINKS.iter().filter(|link| link.from == id)
+        {
             let parameters: Map<String, Value> = parameters
                 .iter()
                 .map(|(name, expression)| ((*name).to_owned(), json!(expression)))
@@ -662,7 +698,9 @@ fn link_operations(doc: &mut Value) {
             let response = operation
                 .get_mut("responses")
                 .and_then(|responses| responses.get_mut(*status))
-                .unwrap_or_else(|| panic!("a link starts at {from} {status}, which is not documented"));
+                .unwrap_or_else(|| {
+                    panic!("a link starts at {from} {status}, which is not documented")
+                });
             response["links"][*name] = json!({"operationId": to, "parameters": parameters});
         }
     }
@@ -820,5 +858,154 @@ fn dotted(pointer: &str) -> String {
         "body".to_owned()
     } else {
         field
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cluster::names::{check_grain_type, ClusterName, GrainId, SiloId};
+
+    /// Whether `value` passes the published string rule `rules` (a JSON Schema fragment).
+    fn passes(rules: &Value, value: &str) -> bool {
+        compile(rules).is_valid(&json!(value))
+    }
+
+    fn compile(rules: &Value) -> jsonschema::Validator {
+        let mut schema = rules.clone();
+        schema["type"] = json!("string");
+        jsonschema::validator_for(&schema).expect("the rule compiles")
+    }
+
+    /// The rules under test, compiled once: cluster, silo, grain, grain type, label, token.
+    fn compiled() -> &'static [jsonschema::Validator; 6] {
+        static RULES: std::sync::OnceLock<[jsonschema::Validator; 6]> = std::sync::OnceLock::new();
+        RULES.get_or_init(|| {
+            [
+                dns_label(),
+                silo_id(),
+                grain_id(),
+                grain_type(),
+                label(128),
+                token(128),
+            ]
+            .map(|rules| compile(&rules))
+        })
+    }
+
+    /// Strings made of the characters the rules are about: letters, '/', '@', ':', spaces of both
+    /// kinds, control characters, multi-byte letters; short and, now and then, over the limits.
+    fn text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            4 => "[a-z0-9]{1,8}",
+            1 => Just("/".to_owned()),
+            1 => Just("@".to_owned()),
+            1 => Just("-".to_owned()),
+            1 => Just(" ".to_owned()),
+            1 => Just("\u{3000}".to_owned()),
+            1 => Just("\u{0}".to_owned()),
+            1 => Just("\n".to_owned()),
+            1 => Just("\u{85}".to_owned()),
+            1 => Just("é".to_owned()),
+            1 => Just("𝄞".to_owned()),
+            1 => Just("A".to_owned()),
+            1 => "[a-z]{60,130}",
+        ];
+        prop::collection::vec(piece, 0..8).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// The contract's rule and the server's own check agree on every string: what the spec
+        /// calls valid the server accepts, and what it calls invalid the server refuses.
+        #[test]
+        fn published_rules_are_the_servers_own(value in text()) {
+            let [cluster, silo, grain, grain_type, label, token] = compiled();
+            let json = json!(value);
+            prop_assert_eq!(cluster.is_valid(&json), ClusterName::parse(&value).is_ok());
+            prop_assert_eq!(silo.is_valid(&json), SiloId::parse("silo", &value).is_ok());
+            prop_assert_eq!(grain.is_valid(&json), GrainId::parse("grain", &value).is_ok());
+            prop_assert_eq!(
+                grain_type.is_valid(&json),
+                check_grain_type("grain_type", &value).is_ok()
+            );
+            prop_assert_eq!(
+                label.is_valid(&json),
+                crate::validation::label("role", &value, 128).is_ok()
+            );
+            prop_assert_eq!(
+                token.is_valid(&json),
+                crate::validation::token("key", &value, 128).is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn long_ids_are_judged_by_characters_on_both_sides() {
+        let longest = format!("user/{}", "é".repeat(MAX_GRAIN_ID_CHARS - 5));
+        assert!(passes(&grain_id(), &longest));
+        assert!(GrainId::parse("grain", &longest).is_ok());
+        let too_long = format!("{longest}é");
+        assert!(!passes(&grain_id(), &too_long));
+        assert!(GrainId::parse("grain", &too_long).is_err());
+    }
+
+    /// Every string, number, list and map a client sends is bounded in the published schemas:
+    /// a new field without a rule fails here, not in a fuzzer's hands.
+    #[test]
+    fn every_input_field_carries_the_servers_bounds() {
+        let doc = super::super::openapi();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut roots = Vec::new();
+        for path in doc["paths"].as_object().unwrap().values() {
+            for operation in path.as_object().unwrap().values() {
+                roots.extend(refs_in(&operation["requestBody"]));
+            }
+        }
+        let mut unbounded = Vec::new();
+        for name in reachable(schemas, roots) {
+            let mut check = |owner: String, property: &Value| {
+                let types: Vec<&str> = match &property["type"] {
+                    Value::String(t) => vec![t.as_str()],
+                    Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+                    _ => vec![],
+                };
+                let bounded = |keyword: &str| property.get(keyword).is_some();
+                for t in types {
+                    let ok = match t {
+                        "string" => bounded("enum") || (bounded("maxLength") && bounded("pattern")),
+                        "integer" | "number" => bounded("minimum") && bounded("maximum"),
+                        "array" => {
+                            bounded("maxItems") && property["items"].get("$ref").is_some()
+                                || bounded("maxItems") && property["items"].get("pattern").is_some()
+                                || bounded("maxItems")
+                                    && property["items"].get("maxLength").is_some()
+                        }
+                        "object" => bounded("maxProperties") && bounded("propertyNames"),
+                        _ => true,
+                    };
+                    if !ok {
+                        unbounded.push(format!("{owner} ({t})"));
+                    }
+                }
+            };
+            let schema = &schemas[&name];
+            let variants: Vec<&Value> = match schema["oneOf"].as_array() {
+                Some(variants) => variants.iter().collect(),
+                None => vec![schema],
+            };
+            for variant in variants {
+                for (property, value) in variant["properties"].as_object().into_iter().flatten() {
+                    check(format!("{name}.{property}"), value);
+                }
+            }
+        }
+        assert!(
+            unbounded.is_empty(),
+            "input fields without the server's bounds: {unbounded:?}"
+        );
     }
 }

@@ -198,7 +198,7 @@ impl HeartbeatRequest {
     post,
     path = "/v1/clusters/{cluster}/heartbeats",
     tag = "membership",
-    params(("cluster" = String, Path, description = "Cluster name: [a-z0-9][a-z0-9-]{0,62}", example = "prod")),
+    params(("cluster" = String, Path, description = "Cluster name: [a-z0-9][a-z0-9-]{0,62}")),
     request_body = HeartbeatRequest,
     responses(
         (status = 200, description = "The silo as the oracle now sees it", body = SiloResponse),

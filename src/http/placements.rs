@@ -59,6 +59,42 @@ impl PlacementRequest {
 
 /// Where the grain lives.
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "grain": "user/alice",
+    "silo": "10.0.0.6:11111@139000",
+    "address": "10.0.0.6:11111",
+    "outcome": "placed",
+    "strategy": "resource_optimized",
+    "epoch": 1,
+    "max_local": null,
+    "explanation": {
+        "strategy": "resource_optimized",
+        "candidates": ["10.0.0.5:11111@139000", "10.0.0.6:11111@139000"],
+        "excluded": [{
+            "silo": "10.0.0.7:11111@139000",
+            "reason": "status is joining; only active silos take new activations"
+        }],
+        "filters": [],
+        "hint": null,
+        "scores": [
+            {
+                "silo": "10.0.0.5:11111@139000",
+                "score": 0.695,
+                "terms": {"activation_count": 0.15, "available_memory": 0.1, "cpu_usage": 0.32,
+                          "max_available_memory": 0.025, "memory_usage": 0.1},
+                "missing": []
+            },
+            {
+                "silo": "10.0.0.6:11111@139000",
+                "score": 0.275,
+                "terms": {"activation_count": 0.075, "available_memory": 0.06, "cpu_usage": 0.08,
+                          "max_available_memory": 0.0, "memory_usage": 0.06},
+                "missing": []
+            }
+        ],
+        "rule": "lowest_score"
+    }
+}))]
 pub struct PlacementResponse {
     #[schema(example = "user/alice")]
     pub grain: String,
@@ -128,7 +164,7 @@ pub struct PlacementBatchResponse {
     post,
     path = "/v1/clusters/{cluster}/placements",
     tag = "directory",
-    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    params(("cluster" = String, Path, description = "Cluster name")),
     request_body = PlacementRequest,
     responses(
         (status = 200, description = "Where the grain lives", body = PlacementResponse),
@@ -160,7 +196,7 @@ pub async fn post_placement(
     post,
     path = "/v1/clusters/{cluster}/placements/batch",
     tag = "directory",
-    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    params(("cluster" = String, Path, description = "Cluster name")),
     request_body = PlacementBatchRequest,
     responses(
         (status = 200, description = "One result per grain, in request order", body = PlacementBatchResponse),

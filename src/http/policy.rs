@@ -72,7 +72,7 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     get,
     path = "/v1/clusters/{cluster}/policy",
     tag = "policy",
-    params(("cluster" = String, Path, description = "Cluster name", example = "prod")),
+    params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The policy", body = PolicyResponse, headers(("ETag" = String, description = "The policy's version, quoted"))),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
@@ -91,16 +91,17 @@ pub async fn get_policy(
 
 /// Replace the placement policy.
 ///
-/// Needs `If-Match` with the version read (or `*`): a writer that lost a race gets 412 instead of
-/// overwriting the other's change. Creates the cluster if it does not exist yet. Every replica
+/// Needs `If-Match`: the `ETag` response header of `GET …/policy` (or of the previous `PUT`), so
+/// that a writer that lost a race gets 412 instead of overwriting the other's change; `*` replaces
+/// whatever is there. In Swagger UI, run `GET …/policy` first and copy its `ETag` here. Creates the cluster if it does not exist yet. Every replica
 /// places with the new policy within a quarter of a second.
 #[utoipa::path(
     put,
     path = "/v1/clusters/{cluster}/policy",
     tag = "policy",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
-        ("If-Match" = String, Header, description = "The ETag of the policy this change is based on, or `*`", example = "\"0\""),
+        ("cluster" = String, Path, description = "Cluster name"),
+        ("If-Match" = String, Header, description = "The `ETag` header of the `GET …/policy` (or of the last `PUT`) this change is based on, e.g. `\"3\"`; or `*` to replace whatever is there", example = "*"),
     ),
     request_body = Policy,
     responses(

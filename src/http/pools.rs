@@ -15,6 +15,21 @@ use crate::oracle::ConnectionExplanation;
 
 /// Where a client should connect.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "silo": "10.0.0.6:11111@139000",
+    "address": "10.0.0.6:11111",
+    "rule": "connection_count",
+    "valid_for_ms": 5000,
+    "explanation": {
+        "candidates": ["10.0.0.5:11111@139000", "10.0.0.6:11111@139000"],
+        "figures": [
+            {"silo": "10.0.0.5:11111@139000", "value": 41.5},
+            {"silo": "10.0.0.6:11111@139000", "value": 12.0}
+        ],
+        "kept": false,
+        "burst_aware": true
+    }
+}))]
 pub struct ConnectionResponse {
     #[schema(example = "10.0.0.7:11111@139002")]
     pub silo: String,
@@ -50,7 +65,7 @@ fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError>
     path = "/v1/clusters/{cluster}/pools/{pool}",
     tag = "connections",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name: [a-z0-9][a-z0-9-]{0,62}", example = "storage"),
     ),
     request_body = Pool,
@@ -81,7 +96,7 @@ pub async fn put_pool(
     path = "/v1/clusters/{cluster}/pools/{pool}",
     tag = "connections",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name", example = "storage"),
     ),
     responses(
@@ -110,7 +125,7 @@ pub async fn get_pool(
     path = "/v1/clusters/{cluster}/pools/{pool}/connections",
     tag = "connections",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name", example = "storage"),
         ConnectQuery,
     ),

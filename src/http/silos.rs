@@ -133,7 +133,7 @@ pub struct SiloLeftResponse {
     get,
     path = "/v1/clusters/{cluster}/silos",
     tag = "membership",
-    params(("cluster" = String, Path, description = "Cluster name", example = "prod"), SiloListQuery),
+    params(("cluster" = String, Path, description = "Cluster name"), SiloListQuery),
     responses(
         (status = 200, description = "A page of the cluster's silos", body = SiloListResponse),
         (status = 404, description = "No such cluster (it has never sent a heartbeat)", body = Problem, content_type = "application/problem+json"),
@@ -170,7 +170,7 @@ pub async fn list_silos(
     path = "/v1/clusters/{cluster}/silos/{silo}",
     tag = "membership",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("silo" = String, Path, description = "Silo id (percent-encoded)", example = "10.0.0.5:11111@139000"),
     ),
     responses(
@@ -202,7 +202,7 @@ pub async fn get_silo(
     path = "/v1/clusters/{cluster}/silos/{silo}",
     tag = "membership",
     params(
-        ("cluster" = String, Path, description = "Cluster name", example = "prod"),
+        ("cluster" = String, Path, description = "Cluster name"),
         ("silo" = String, Path, description = "Silo id (percent-encoded)", example = "10.0.0.5:11111@139000"),
     ),
     responses(
