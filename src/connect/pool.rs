@@ -26,7 +26,7 @@ pub struct Members {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 #[schema(example = json!({
-    "members": { "role": "storage" },
+    "members": { "role": "frontend" },
     "rule": "connection_count",
     "burst_aware": true,
     "ttl_seconds": 5

@@ -371,7 +371,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
             }
             "get_pool" | "post_connection" => OracleError::PoolNotFound {
                 cluster: "demo".into(),
-                pool: "storage".into(),
+                pool: "frontend".into(),
             }
             .into(),
             "get_silo" | "delete_silo" | "list_activations" => OracleError::SiloNotFound {
@@ -441,7 +441,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 PlacementError::NoActiveSilo { known: 0 }.into()
             }
             "post_connection" => OracleError::NoAvailableNode {
-                pool: "storage".into(),
+                pool: "frontend".into(),
             }
             .into(),
             _ => StoreError::Unreachable.into(),

@@ -66,7 +66,7 @@ fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError>
     tag = "connections",
     params(
         ("cluster" = String, Path, description = "Cluster name"),
-        ("pool" = String, Path, description = "Pool name: [a-z0-9][a-z0-9-]{0,62}", example = "storage"),
+        ("pool" = String, Path, description = "Pool name: [a-z0-9][a-z0-9-]{0,62}", example = "frontend"),
     ),
     request_body = Pool,
     responses(
@@ -97,7 +97,7 @@ pub async fn put_pool(
     tag = "connections",
     params(
         ("cluster" = String, Path, description = "Cluster name"),
-        ("pool" = String, Path, description = "Pool name", example = "storage"),
+        ("pool" = String, Path, description = "Pool name", example = "frontend"),
     ),
     responses(
         (status = 200, description = "The pool", body = Pool),
@@ -126,7 +126,7 @@ pub async fn get_pool(
     tag = "connections",
     params(
         ("cluster" = String, Path, description = "Cluster name"),
-        ("pool" = String, Path, description = "Pool name", example = "storage"),
+        ("pool" = String, Path, description = "Pool name", example = "frontend"),
         ConnectQuery,
     ),
     responses(
