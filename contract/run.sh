@@ -19,11 +19,15 @@ MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-150}
 step() { printf '\n==> %s\n' "$*"; }
 
 step "The oracle on a fresh Postgres database ($DATABASE), at $BASE_URL"
+if curl -fs "$BASE_URL/healthz" > /dev/null 2>&1; then
+  echo "something already answers at $BASE_URL; stop it or set ORACLE_CONTRACT_PORT" >&2; exit 1
+fi
 cargo build --locked --quiet
-psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
+BINARY="${CARGO_TARGET_DIR:-target}/debug/placement-oracle"
+psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
 mkdir -p contract/build
 DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" ORACLE_LISTEN="127.0.0.1:$PORT" \
-  target/debug/placement-oracle > contract/build/oracle.log 2>&1 &
+  "$BINARY" > contract/build/oracle.log 2>&1 &
 ORACLE=$!
 trap 'kill $ORACLE 2>/dev/null || true' EXIT
 for attempt in $(seq 100); do
@@ -33,6 +37,7 @@ for attempt in $(seq 100); do
   fi
   sleep 0.2
 done
+kill -0 $ORACLE  # the oracle that answered is the one started here
 # The served document is the committed one (cargo test checks the code against the file too).
 curl -fs "$BASE_URL/openapi.json" | python3 -c 'import json,sys; assert json.load(sys.stdin) == json.load(open("openapi/openapi.json")), "served spec differs from openapi/openapi.json"'
 

@@ -122,6 +122,9 @@ pub const MAX_GRAIN_TYPE_CHARS: usize = 128;
 /// Longest grain id (`type/key`) accepted, in characters. With a silo id of 255 characters, at
 /// most four bytes each, it keeps a directory index entry under Postgres' 2704-byte limit.
 pub const MAX_GRAIN_ID_CHARS: usize = 400;
+/// Longest grain id a directory may hold: versions before the 400-character limit took up to 1024
+/// bytes. Such grains are released as ever; only cursors still need to name them.
+pub const MAX_STORED_GRAIN_ID_CHARS: usize = 1024;
 
 /// The rule of grain types, as the published contract states it.
 pub fn grain_type_pattern() -> String {

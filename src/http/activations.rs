@@ -9,9 +9,10 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
+use crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS;
 use crate::cluster::{ClusterName, GrainId, SiloId};
 use crate::store::Activation;
-use crate::validation::Invalid;
+use crate::validation::{self, Invalid, MAX_SAFE_INTEGER};
 
 /// Largest page of a silo's activations.
 const MAX_PAGE: u32 = 1_000;
@@ -76,7 +77,7 @@ pub struct ListQuery {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ActivationPage {
     pub activations: Vec<ActivationResponse>,
-    /// Pass as `cursor` for the next page; absent on the last page.
+    /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -139,6 +140,16 @@ pub async fn delete_activation(
     let cluster = ClusterName::parse(&cluster)?;
     let grain = GrainId::parse("grain", &grain)?;
     let silo = SiloId::parse("silo", &query.silo)?;
+    if !(1..=MAX_SAFE_INTEGER as i64).contains(&query.epoch) {
+        return Err(Invalid::one(
+            "epoch",
+            format!(
+                "must be an epoch a placement answered, 1 to {MAX_SAFE_INTEGER}, got {}",
+                query.epoch
+            ),
+        )
+        .into());
+    }
     state
         .oracle
         .deactivate(&cluster, &grain, &silo, query.epoch)
@@ -179,7 +190,9 @@ pub async fn list_activations(
         .into());
     }
     if let Some(cursor) = &query.cursor {
-        GrainId::parse("cursor", cursor)?;
+        // Any printable grain id up to the longest ever stored (1024, before ids were limited to
+        // 400 characters), so that paging goes past an older, longer id it answered as a cursor.
+        validation::label("cursor", cursor, MAX_STORED_GRAIN_ID_CHARS)?;
     }
     let page = state
         .oracle

@@ -27,6 +27,8 @@ use crate::cluster::names::{
 };
 use crate::validation::{label_pattern, token_pattern, MAX_SAFE_INTEGER};
 
+use super::heartbeats as beat;
+
 const SCHEMA_REF: &str = "#/components/schemas/";
 /// Suffix of the schema a client sends when it differs from the one the server writes.
 pub const INPUT_SUFFIX: &str = "Input";
@@ -118,7 +120,7 @@ fn metadata(max_entries: usize, min_entries: usize, value: Value) -> Value {
     json!({
         "minProperties": min_entries,
         "maxProperties": max_entries,
-        "propertyNames": token(128),
+        "propertyNames": token(beat::MAX_METADATA_KEY_CHARS),
         "additionalProperties": value,
     })
 }
@@ -132,14 +134,18 @@ type Rules = fn() -> Value;
 const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ("HeartbeatRequest", "silo", silo_id),
     ("HeartbeatRequest", "address", silo_id),
-    ("HeartbeatRequest", "role", || label(128)),
+    ("HeartbeatRequest", "role", || label(beat::MAX_ROLE_CHARS)),
     ("HeartbeatRequest", "metadata", || {
-        metadata(64, 0, optional_label(1_024))
+        metadata(
+            beat::MAX_METADATA_ENTRIES,
+            0,
+            optional_label(beat::MAX_METADATA_VALUE_CHARS),
+        )
     }),
     (
         "HeartbeatRequest",
         "grain_types",
-        || json!({"maxItems": 4_096, "items": grain_type()}),
+        || json!({"maxItems": beat::MAX_GRAIN_TYPES, "items": grain_type()}),
     ),
     ("HeartbeatRequest", "cpu_usage", || range(0, 100)),
     ("HeartbeatRequest", "memory_usage_bytes", safe_count),
@@ -160,7 +166,7 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     (
         "Policy",
         "grain_types",
-        || json!({"maxProperties": 4_096, "propertyNames": grain_type()}),
+        || json!({"maxProperties": crate::placement::policy::MAX_GRAIN_TYPES, "propertyNames": grain_type()}),
     ),
     ("GrainTypePolicy", "filters", || json!({"maxItems": 16})),
     ("ResourceOptimizedOptions", "cpu_usage_weight", percent),
@@ -202,7 +208,7 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     (
         "Filter[]",
         "keys",
-        || json!({"minItems": 1, "maxItems": 16, "items": token(128)}),
+        || json!({"minItems": 1, "maxItems": crate::placement::filters::MAX_KEYS, "items": token(128)}),
     ),
     (
         "Filter[]",
@@ -235,8 +241,21 @@ fn percent() -> Value {
 
 /// Rules of whole schemas (not of one field); a name ending in `[]` means every variant.
 const SCHEMA_RULES: &[(&str, Rules)] = &[
-    // At most one way of choosing members.
-    ("Members", || json!({"maxProperties": 1})),
+    // At most one way of choosing members: no two of them set (a null one is unset, as in what
+    // `GET …/pools/{pool}` writes back).
+    ("Members", || {
+        let set = |field: &str, kind: &str| json!({"required": [field], "properties": {field: {"type": kind}}});
+        let (silos, role, metadata) = (
+            set("silos", "array"),
+            set("role", "string"),
+            set("metadata", "object"),
+        );
+        json!({"not": {"anyOf": [
+            {"allOf": [silos.clone(), role.clone()]},
+            {"allOf": [silos, metadata.clone()]},
+            {"allOf": [role, metadata]},
+        ]}})
+    }),
     // serde refuses unknown fields in a filter too (utoipa does not say so for enum variants).
     ("Filter[]", || json!({"additionalProperties": false})),
 ];
@@ -320,7 +339,7 @@ fn parameter_rule(name: &str, path: &str) -> Option<Value> {
         "silo" => silo_id(),
         "grain" => grain_id(),
         "cursor" if path.ends_with("/silos") => silo_id(),
-        "cursor" => grain_id(),
+        "cursor" => label(crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS),
         "limit" => range(1, 1_000),
         "epoch" => range(1, MAX_SAFE_INTEGER),
         "If-Match" => json!({"pattern": r#"^(\*|(W/)?"[0-9]{1,18}")$"#}),
@@ -709,6 +728,11 @@ fn link_operations(doc: &mut Value) {
 // ---------------------------------------------------------------------------------------------
 // Checking request bodies against the contract.
 
+/// Compiles the request body validators now (at start-up) rather than on the first request.
+pub fn prepare() {
+    body_validators();
+}
+
 /// One compiled validator per schema a client may send, by the Rust type's schema name.
 fn body_validators() -> &'static std::collections::HashMap<String, jsonschema::Validator> {
     static VALIDATORS: std::sync::OnceLock<
@@ -749,6 +773,9 @@ pub fn check_body(type_name: &str, body: &Value) -> Vec<crate::validation::Field
     let Some(validator) = body_validators().get(type_name) else {
         return Vec::new();
     };
+    if validator.is_valid(body) {
+        return Vec::new();
+    }
     let mut found = Vec::new();
     for error in validator.iter_errors(body) {
         field_errors(&error, &mut found);
@@ -803,15 +830,45 @@ fn field_errors(
             }
         }
         Kind::Pattern { pattern } => out.push(field_error(field, pattern_rule(pattern))),
+        Kind::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            out.push(field_error(join(&field, name), "is required".to_owned()));
+        }
+        // The one `not` the contract uses: fields that exclude each other.
+        Kind::Not { schema } => {
+            let mut names: Vec<String> = Vec::new();
+            collect_required(schema, &mut names);
+            names.sort();
+            names.dedup();
+            out.push(field_error(
+                field,
+                format!("give at most one of {}", names.join(", ")),
+            ));
+        }
         _ => out.push(field_error(field, error.to_string())),
+    }
+}
+
+/// Every field name a schema's `required` lists mention, at any depth.
+fn collect_required(schema: &Value, names: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Array(required)) = map.get("required") {
+                names.extend(required.iter().filter_map(Value::as_str).map(str::to_owned));
+            }
+            map.values()
+                .for_each(|child| collect_required(child, names));
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|child| collect_required(child, names)),
+        _ => {}
     }
 }
 
 /// The rule a pattern stands for, in words.
 fn pattern_rule(pattern: &str) -> String {
-    let rule = if pattern == DNS_LABEL_PATTERN {
-        "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit"
-    } else if pattern == grain_id_pattern() {
+    let rule = if pattern == grain_id_pattern() {
         "must be `type/key`, e.g. `user/alice`: a grain type without white space, a '/', then a key without control characters"
     } else if pattern == grain_type_pattern() {
         "must not contain white space, control characters or '/'"
@@ -941,6 +998,31 @@ mod tests {
                 crate::validation::token("key", &value, 128).is_ok()
             );
         }
+    }
+
+    /// Every type a handler reads with `ApiJson` has its published schema checked (a type whose
+    /// schema name missed the map would be let through unchecked).
+    #[test]
+    fn every_request_body_type_has_a_validator() {
+        use utoipa::ToSchema;
+        let names = [
+            super::super::heartbeats::HeartbeatRequest::name(),
+            super::super::placements::PlacementRequest::name(),
+            super::super::placements::PlacementBatchRequest::name(),
+            crate::placement::policy::Policy::name(),
+            crate::connect::Pool::name(),
+        ];
+        for name in names {
+            assert!(body_validators().contains_key(name.as_ref()), "{name}");
+        }
+        let bodies = super::super::openapi()["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter(|operation| operation.get("requestBody").is_some())
+            .count();
+        assert_eq!(bodies, 5, "a new request body: add its type above");
     }
 
     #[test]

@@ -15,11 +15,11 @@ use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{ClusterName, Heartbeat, LoadReport, SiloId, SiloStatus};
 use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
 
-const MAX_METADATA_ENTRIES: usize = 64;
-const MAX_METADATA_KEY_CHARS: usize = 128;
-const MAX_METADATA_VALUE_CHARS: usize = 1_024;
-const MAX_GRAIN_TYPES: usize = 4_096;
-const MAX_ROLE_CHARS: usize = 128;
+pub(crate) const MAX_METADATA_ENTRIES: usize = 64;
+pub(crate) const MAX_METADATA_KEY_CHARS: usize = 128;
+pub(crate) const MAX_METADATA_VALUE_CHARS: usize = 1_024;
+pub(crate) const MAX_GRAIN_TYPES: usize = 4_096;
+pub(crate) const MAX_ROLE_CHARS: usize = 128;
 
 /// The statuses a silo may report; `dead` is the oracle's verdict, never reported.
 #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]

@@ -126,6 +126,7 @@ fn without_wildcards(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
 
 /// The whole application: API routes, spec, Swagger UI and every cross-cutting layer.
 pub fn app(state: AppState, limits: Limits) -> Router {
+    contract::prepare();
     let (router, _) = api_router().split_for_parts();
     let router = router
         .merge(

@@ -23,7 +23,7 @@ pub const MAX_BATCH: usize = 1_000;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"grain": "user/alice", "requesting_silo": "10.0.0.5:11111@139000", "explain": true}))]
 pub struct PlacementRequest {
-    /// `type/key`; the type decides which silos can host it. At most 1024 bytes.
+    /// `type/key`; the type decides which silos can host it. At most 400 characters.
     #[schema(example = "user/alice")]
     pub grain: String,
     /// The silo asking (Orleans' "local" silo).
@@ -106,13 +106,13 @@ pub struct PlacementResponse {
     /// The strategy that placed the activation.
     #[schema(example = "resource_optimized")]
     pub strategy: String,
-    /// Identifies this activation; a grain placed again gets a larger epoch. Absent for stateless
+    /// Identifies this activation; a grain placed again gets a larger epoch. Null for stateless
     /// workers, which are never registered.
     #[schema(example = 1)]
     pub epoch: Option<i64>,
     /// For stateless workers: the most instances per silo (0 = the silo's processor count).
     pub max_local: Option<u32>,
-    /// Present when `explain` was set and this call placed the grain.
+    /// Null unless `explain` was set and this call placed the grain.
     pub explanation: Option<Explanation>,
 }
 

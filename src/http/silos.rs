@@ -39,7 +39,7 @@ pub struct SiloResponse {
     pub status: SiloStatus,
     pub role: Option<String>,
     pub metadata: BTreeMap<String, String>,
-    /// Grain types it hosts; absent means every type.
+    /// Grain types it hosts; null means every type.
     pub grain_types: Option<Vec<String>>,
     /// The last heartbeat's figures, as sent.
     pub load: LoadReport,
@@ -95,7 +95,7 @@ pub struct SiloListResponse {
     pub cluster: String,
     /// Silos ordered by id; dead ones stay listed for an hour.
     pub silos: Vec<SiloResponse>,
-    /// Pass as `cursor` for the next page; absent on the last page.
+    /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
 

@@ -12,7 +12,7 @@ use crate::cluster::SiloRecord;
 use crate::validation::{self, Invalid, Violations};
 
 /// Most metadata keys one filter may name.
-const MAX_KEYS: usize = 16;
+pub(crate) const MAX_KEYS: usize = 16;
 
 /// One filter of a grain type's policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -127,8 +127,8 @@ impl Default for ConsistentHashOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookOptions {
-    /// `http://` or `https://` URL the oracle POSTs each placement's candidates to; required by
-    /// grain types placed with `webhook`.
+    /// `http://` or `https://` URL the oracle POSTs each placement's candidates to. Without one, a
+    /// grain type placed with `webhook` is decided by the fallback (the policy lists a warning).
     #[schema(example = "http://placement-hook.internal:9000/choose")]
     pub url: Option<String>,
     /// How long to wait for the answer (1 to 2000 ms) before using the fallback. Kept well under

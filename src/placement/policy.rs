@@ -13,7 +13,7 @@ use crate::cluster::names::check_grain_type;
 use crate::validation::{FieldError, Invalid, Violations};
 
 /// Most grain types one policy may configure.
-const MAX_GRAIN_TYPES: usize = 4_096;
+pub(crate) const MAX_GRAIN_TYPES: usize = 4_096;
 
 /// Which background movers must leave a grain type's activations where they are (Orleans
 /// `[Immovable]`). Placement itself ignores it; the rebalancer and repartitioner honour it.

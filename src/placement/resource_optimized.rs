@@ -70,6 +70,9 @@ impl Figures {
 }
 
 /// Normalised weights: each option divided by their sum (all zero if the sum is zero).
+///
+/// A silo is judged only on terms that weigh something: one whose reported figures all have
+/// weight 0 tells nothing under these options, and is treated like a silo without figures.
 #[derive(Debug, Clone, Copy)]
 struct Weights {
     cpu: f64,
@@ -80,6 +83,24 @@ struct Weights {
 }
 
 impl Weights {
+    /// Whether these weights can judge a silo with figures `f`: some weighed term is reported,
+    /// or nothing weighs anything (then every score is 0 and the jitter decides).
+    fn judge(&self, f: &Figures) -> bool {
+        let all = [
+            self.cpu,
+            self.memory,
+            self.available,
+            self.max_memory,
+            self.activations,
+        ];
+        all.iter().all(|&w| w == 0.0)
+            || (self.cpu > 0.0 && f.cpu.is_some())
+            || (self.memory > 0.0 && f.memory_usage.is_some())
+            || (self.available > 0.0 && f.available_memory.is_some())
+            || (self.max_memory > 0.0 && f.max_memory.is_some())
+            || (self.activations > 0.0 && f.activations.is_some())
+    }
+
     fn of(options: &ResourceOptimizedOptions) -> Self {
         let sum = f64::from(
             options.cpu_usage_weight
@@ -184,8 +205,9 @@ pub fn choose<'v>(
     // normalisers), and which of them may be sampled.
     let (mut largest_memory, mut most_activations) = (0.0f64, 0.0f64);
     let mut relevant: Vec<u32> = Vec::with_capacity(candidates.len());
+    let weights = Weights::of(options);
     for (i, silo) in candidates.iter().enumerate() {
-        if let Some(f) = Figures::of(silo) {
+        if let Some(f) = Figures::of(silo).filter(|f| weights.judge(f)) {
             largest_memory = largest_memory.max(f.max_memory.unwrap_or(0.0));
             most_activations = most_activations.max(f.activations.unwrap_or(0.0));
             if !f.overloaded {
@@ -193,7 +215,6 @@ pub fn choose<'v>(
             }
         }
     }
-    let weights = Weights::of(options);
     let score_of =
         |f: &Figures| -> f64 { score(&term_values(f, &weights, largest_memory, most_activations)) };
     let explained = |silo: &SiloRecord, f: &Figures, score: f64| {
@@ -220,7 +241,9 @@ pub fn choose<'v>(
     }
 
     let mut scores = Vec::new();
-    let (mut best_index, mut best_score) = (0usize, 1.0f64);
+    // With nothing sampled (every candidate with figures overloaded), the first candidate: Orleans'
+    // rule. Otherwise the lowest sampled score, whatever it is (a silo at 100 % scores 1.0).
+    let (mut best_index, mut best_score) = (0usize, f64::INFINITY);
     for &i in &relevant[..sampled] {
         let silo = candidates[i as usize];
         let figures = Figures::of(silo).expect("sampled among candidates with figures");
@@ -240,6 +263,7 @@ pub fn choose<'v>(
             .any(|c| c.id == local.id)
             .then(|| Figures::of(local))
             .flatten()
+            .filter(|f| weights.judge(f))
             .filter(|f| !f.overloaded)?;
         let score = score_of(&figures);
         if explain && !scores.iter().any(|s| s.silo == local.id.as_str()) {
@@ -315,6 +339,35 @@ mod tests {
                     "memory_usage"
                 ]
             );
+        }
+    }
+
+    #[test]
+    fn silos_at_full_load_are_still_ranked_and_unweighted_figures_judge_nothing() {
+        // Both sampled silos report 100 % CPU: one of them is chosen by score, never the first
+        // candidate by default (that one reports nothing).
+        let v = view(vec![
+            silo("silent", SiloStatus::Active, None),
+            cpu_only("full-a", 100.0),
+            cpu_only("full-b", 100.0),
+        ]);
+        for seed in 0..20 {
+            let (chosen, rule, _) = decide(&v, None, &ResourceOptimizedOptions::default(), seed);
+            assert_ne!(chosen, "silent", "seed {seed}");
+            assert_eq!(rule, Rule::LowestScore);
+        }
+        // With CPU weighing nothing, a CPU-only silo is not judged on a score of 0: a silo that
+        // reports what the options weigh wins.
+        let options = ResourceOptimizedOptions {
+            cpu_usage_weight: 0,
+            ..ResourceOptimizedOptions::default()
+        };
+        let v = view(vec![
+            cpu_only("cpu-only", 5.0),
+            loaded("full", 50.0, 4 * GIB, 8 * GIB, 100),
+        ]);
+        for seed in 0..20 {
+            assert_eq!(decide(&v, None, &options, seed).0, "full", "seed {seed}");
         }
     }
 

@@ -93,7 +93,7 @@ async fn wrong_types_unknown_fields_and_unknown_statuses_name_the_field() {
             json!({ "silo": "b@1", "metadata": { "zone": 1 } }),
             "metadata.zone",
         ),
-        (json!({ "cpu_usage": 1 }), "body"),
+        (json!({ "cpu_usage": 1 }), "silo"),
         (json!({ "silo": "" }), "silo"),
         (json!({ "silo": "has space@1" }), "silo"),
         (json!({ "silo": "x".repeat(256) }), "silo"),

@@ -679,6 +679,16 @@ async fn pools_are_validated_stored_and_read_back(backend: Backend) {
         read.body, as_written,
         "every field present, unset ones null"
     );
+    // What a client read, it can write back as it is.
+    assert_eq!(
+        put_pool(&app, "storage", read.body.clone()).await.status,
+        StatusCode::OK
+    );
+    let two = json!({ "members": { "role": "storage", "silos": ["a@1"], "metadata": null } });
+    assert_eq!(
+        put_pool(&app, "storage", two).await.invalid_fields(),
+        ["members"]
+    );
 }
 
 async fn a_pool_hands_out_only_available_nodes_by_its_rule(backend: Backend) {
