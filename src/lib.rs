@@ -31,6 +31,7 @@ pub mod dns;
 pub mod http;
 pub mod oracle;
 pub mod placement;
+pub mod rebalancer;
 pub mod store;
 pub mod telemetry;
 pub mod validation;
