@@ -16,6 +16,10 @@
 //! - [`store`]: the storage interface with its Postgres and in-memory implementations.
 //! - [`connect`]: SmartConnect-style connection rules (pure); [`dns`]: the DNS listener, a thin
 //!   shell beside `http` that answers pools over DNS.
+//! - [`background`]: every periodic task of a replica (the membership sweep), started and stopped
+//!   together.
+//! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
+//!   sessions).
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -23,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod background;
 pub mod clock;
 pub mod cluster;
 pub mod config;
@@ -43,6 +48,7 @@ use tokio::net::TcpListener;
 
 pub use http::{app, AppState, Limits};
 
+use crate::background::Background;
 use crate::clock::MonotonicClock;
 use crate::config::Config;
 use crate::oracle::Oracle;
@@ -87,7 +93,8 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests.
-/// The membership sweep, and the DNS listener when configured, run alongside and stop with it.
+/// The [`background`] tasks (the membership sweep; the DNS listener when configured) run alongside
+/// and stop with it, also when serving fails.
 pub async fn serve(
     config: Config,
     store: Arc<dyn Store>,
@@ -103,40 +110,31 @@ pub async fn serve(
         request_timeout: config.request_timeout(),
         body_limit_bytes: config.body_limit_bytes,
     };
-    let (stop_background, background_stopped) = tokio::sync::watch::channel(false);
-    let stopped = |mut watch: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = watch.wait_for(|stop| *stop).await;
-    };
-    let dns = match config.dns_listen {
-        Some(address) => {
-            let socket = tokio::net::UdpSocket::bind(address)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
-            tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
-            Some(tokio::spawn(dns::serve_dns(
-                oracle.clone(),
-                socket,
-                config.dns_zone.clone(),
-                stopped(background_stopped.clone()),
-            )))
-        }
-        None => None,
-    };
-    let sweeper = tokio::spawn(oracle::run_sweeper(
-        oracle,
-        stopped(background_stopped.clone()),
-    ));
+    let mut background = Background::new();
+    if let Some(address) = config.dns_listen {
+        let socket = tokio::net::UdpSocket::bind(address)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
+        tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
+        let dns = dns::serve_dns(
+            oracle.clone(),
+            socket,
+            config.dns_zone.clone(),
+            background.stopping(),
+        );
+        background.spawn("dns", dns);
+    }
+    let sweeper = background::run_sweeper(oracle, background.stopping());
+    background.spawn("sweeper", sweeper);
 
     let address = listener.local_addr()?;
     tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
-    axum::serve(listener, app(state, limits))
+    let served = axum::serve(listener, app(state, limits))
         .with_graceful_shutdown(shutdown)
-        .await?;
-    let _ = stop_background.send(true);
-    let _ = sweeper.await;
-    if let Some(dns) = dns {
-        let _ = dns.await;
-    }
+        .await;
+    // Stopped whether serving ended by the signal or by an error.
+    background.stop().await;
+    served?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -20,7 +20,6 @@ use rand_chacha::ChaCha8Rng;
 pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
 pub use membership::{SiloListing, SiloSnapshot};
-pub use sweeper::run_sweeper;
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::policy::Policy;

@@ -1,4 +1,4 @@
-//! The background sweep: declares silent silos dead, releases dead silos' directory entries in
+//! The membership sweep's steps (run periodically by [`crate::background`]): declares silent silos dead, releases dead silos' directory entries in
 //! bounded chunks, refreshes the membership and directory gauges and keeps the metrics recorder's
 //! memory bounded.
 //!
@@ -8,18 +8,12 @@
 //! visible (listings, metrics) within about a second.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::Oracle;
 use crate::store::{StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
-/// How often the sweep runs.
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-/// Every how many sweeps the gauges are refreshed and the metrics recorder's upkeep runs (it
-/// drains histogram samples that would otherwise pile up while nobody scrapes).
-const SWEEPS_PER_GAUGE_REFRESH: u64 = 5;
 /// Longest time one sweep spends releasing entries before it lets the next tick come (each chunk
 /// is one short statement; a dead silo with 100,000 entries goes in a few seconds).
 const RELEASE_BUDGET: Duration = Duration::from_millis(500);
@@ -37,7 +31,7 @@ impl Oracle {
 
     /// Declares silent silos dead. Logged per cluster, not per silo: a flood of short-lived ids
     /// dying at once makes one line per cluster, not one per id.
-    async fn declare_dead(&self) -> Result<usize, StoreError> {
+    pub async fn declare_dead(&self) -> Result<usize, StoreError> {
         let reaped = self
             .store
             .reap()
@@ -64,7 +58,7 @@ impl Oracle {
 
     /// Releases dead silos' entries, a chunk at a time, for at most [`RELEASE_BUDGET`]. Returns
     /// how many.
-    async fn release_dead(&self) -> Result<u64, StoreError> {
+    pub async fn release_dead(&self) -> Result<u64, StoreError> {
         let started = Instant::now();
         let mut released = 0;
         loop {
@@ -89,32 +83,5 @@ impl Oracle {
             .inspect_err(|_| metric::store_error("stats"))?;
         metric::store_gauges(&stats);
         Ok(())
-    }
-}
-
-/// Sweeps every [`SWEEP_INTERVAL`] until `shutdown` completes. Store errors are logged and retried
-/// on the next tick.
-pub async fn run_sweeper(oracle: std::sync::Arc<Oracle>, shutdown: impl Future<Output = ()>) {
-    let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
-    for sweep in 0u64.. {
-        tokio::select! {
-            _ = &mut shutdown => return,
-            _ = ticks.tick() => {
-                let outcome = if sweep % SWEEPS_PER_GAUGE_REFRESH == 0 {
-                    crate::telemetry::metrics_handle().run_upkeep();
-                    oracle.sweep().await.map(|_| ())
-                } else {
-                    match oracle.declare_dead().await {
-                        Ok(_) => oracle.release_dead().await.map(|_| ()),
-                        Err(error) => Err(error),
-                    }
-                };
-                if let Err(error) = outcome {
-                    tracing::error!(%error, "membership sweep failed; retrying next tick");
-                }
-            }
-        }
     }
 }

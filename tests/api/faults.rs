@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
+use placement_oracle::background::run_sweeper;
 use placement_oracle::clock::ManualClock;
-use placement_oracle::oracle::run_sweeper;
 use placement_oracle::store::StoreSettings;
 use serde_json::json;
 use tokio::sync::watch;
