@@ -36,6 +36,7 @@ pub mod dns;
 pub mod http;
 pub mod oracle;
 pub mod placement;
+pub mod policy;
 pub mod rebalancer;
 pub mod store;
 pub mod telemetry;

@@ -166,7 +166,7 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     (
         "Policy",
         "grain_types",
-        || json!({"maxProperties": crate::placement::policy::MAX_GRAIN_TYPES, "propertyNames": grain_type()}),
+        || json!({"maxProperties": crate::policy::MAX_GRAIN_TYPES, "propertyNames": grain_type()}),
     ),
     ("GrainTypePolicy", "filters", || json!({"maxItems": 16})),
     ("ResourceOptimizedOptions", "cpu_usage_weight", percent),
@@ -534,7 +534,7 @@ fn output_example(name: &str) -> Option<fn(Value) -> Value> {
         serde_json::to_value(value).expect("it serialises")
     }
     match name {
-        "Policy" => Some(as_written::<crate::placement::policy::Policy>),
+        "Policy" => Some(as_written::<crate::policy::Policy>),
         "Pool" => Some(as_written::<crate::connect::Pool>),
         _ => None,
     }
@@ -1009,7 +1009,7 @@ mod tests {
             super::super::heartbeats::HeartbeatRequest::name(),
             super::super::placements::PlacementRequest::name(),
             super::super::placements::PlacementBatchRequest::name(),
-            crate::placement::policy::Policy::name(),
+            crate::policy::Policy::name(),
             crate::connect::Pool::name(),
         ];
         for name in names {

@@ -11,7 +11,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
 use super::AppState;
 use crate::cluster::ClusterName;
-use crate::placement::policy::Policy;
+use crate::policy::Policy;
 use crate::validation::FieldError;
 
 /// The policy and its version (also sent as the `ETag`).

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use super::{Oracle, OracleError};
 use crate::cluster::{ClusterName, PoolName};
 use crate::connect::{self, has_family, ConnectRule, IpFamily, Node, Pool, PoolState};
-use crate::placement::ClusterView;
 use crate::telemetry::metric;
 
 /// Per-replica state of every pool's rule (samples, kept decisions, connections handed out).
@@ -89,10 +88,7 @@ impl Oracle {
     ) -> Result<Connection, OracleError> {
         let pool = self.pool(cluster, name).await?;
         let membership = self.read_membership(cluster).await?;
-        let view = ClusterView {
-            liveness: membership.liveness,
-            silos: membership.silos,
-        };
+        let view = membership.view();
         let mut available = pool.available(&view);
         if available.is_empty() {
             return Err(OracleError::NoAvailableNode {

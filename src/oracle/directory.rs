@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use super::{Oracle, OracleError};
 use crate::cluster::{ClusterName, GrainId, SiloId};
-use crate::placement::policy::Policy;
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
+use crate::policy::Policy;
 use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
 
@@ -148,10 +148,7 @@ impl Oracle {
         // (about a microsecond; tallied, and taken back below) for grains that exist, and spares
         // new grains a second trip through the oracle. Webhook grains only look up here: their
         // endpoint is asked only for grains that need placing.
-        let view = ClusterView {
-            liveness: membership.liveness,
-            silos: membership.silos.clone(),
-        };
+        let view = membership.view();
         let proposing: Vec<usize> = registered
             .iter()
             .copied()
@@ -241,10 +238,7 @@ impl Oracle {
             // declared unplaceable only on a fresh read.
             let fresh = round > 0 || stale_view;
             let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
-            let view = ClusterView {
-                liveness: membership.liveness,
-                silos: membership.silos.clone(),
-            };
+            let view = membership.view();
 
             let policy = &membership.policy;
             // Each grain's endpoint is asked once per call (its timeout counts once against the

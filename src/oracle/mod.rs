@@ -22,8 +22,8 @@ pub use directory::{Outcome, Page, PlaceRequest, Placement};
 pub use membership::{SiloListing, SiloSnapshot};
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
-use crate::placement::policy::Policy;
 use crate::placement::{LocalDeltas, PlacementError};
+use crate::policy::Policy;
 use crate::store::{Located, Membership, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
 use batcher::Batcher;

@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 use super::directory::PlaceRequest;
 use super::Oracle;
 use crate::cluster::{ClusterName, LoadReport, SiloId};
-use crate::placement::policy::Policy;
 use crate::placement::{self, ClusterView, PlacementInput, Strategy};
+use crate::policy::Policy;
 use crate::telemetry::metric;
 
 /// What the endpoint receives.

@@ -13,7 +13,6 @@ pub mod filters;
 pub mod hash;
 pub mod hash_based;
 pub mod options;
-pub mod policy;
 pub mod prefer_local;
 pub mod random;
 pub mod resource_optimized;

@@ -18,7 +18,7 @@ use crate::cluster::{
     ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
-use crate::placement::policy::Policy;
+use crate::policy::Policy;
 
 #[derive(Debug, Default)]
 struct Entry {

@@ -23,7 +23,8 @@ use crate::cluster::{
     ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
-use crate::placement::policy::Policy;
+use crate::placement::ClusterView;
+use crate::policy::Policy;
 
 /// How long a dead silo stays listed (status `dead`) before its record is dropped. Its id stays
 /// spent: a compact record of the newest dead generation at its address remains (see
@@ -169,6 +170,17 @@ pub struct Membership {
     /// Shared, so that a cached read is judged anew (a fresh `liveness`) without copying it.
     pub policy: Arc<Policy>,
     pub policy_version: i64,
+}
+
+impl Membership {
+    /// What the pure decisions (placement, connection rules) judge: the silos as of this read.
+    /// The one place a [`ClusterView`] is built from the store's answer.
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            liveness: self.liveness,
+            silos: self.silos.clone(),
+        }
+    }
 }
 
 /// One page of a cluster's silos (dead ones included while they are listed).

@@ -36,7 +36,7 @@ use crate::cluster::{
     SiloStatus,
 };
 use crate::connect::Pool;
-use crate::placement::policy::Policy;
+use crate::policy::Policy;
 
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).

@@ -1,46 +1,27 @@
-//! A cluster's placement policy: the default strategy and options, per-grain-type overrides and
-//! filters, and the silo TTL. Operators change it at run time (`PUT …/policy`); every replica
-//! decides with it within a membership read's age.
+//! A cluster's policy: how its grains are placed (the default strategy and options, per grain type
+//! overrides and filters: [`grain_type`]), how long a silo may stay silent, and — as the features
+//! arrive — how the rebalancer and the repartitioner move grains, each a section of its own.
+//! Operators change it at run time (`PUT …/policy`); every replica decides with it within a
+//! membership read's age.
+
+pub mod grain_type;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::filters::{self, Filter};
-use super::{Strategy, StrategyOptions};
+pub use grain_type::{GrainTypePolicy, Immovable};
+
 use crate::cluster::names::check_grain_type;
+use crate::placement::filters::{self, Filter};
+use crate::placement::{Strategy, StrategyOptions};
 use crate::validation::{FieldError, Invalid, Violations};
 
 /// Most grain types one policy may configure.
 pub(crate) const MAX_GRAIN_TYPES: usize = 4_096;
 
-/// Which background movers must leave a grain type's activations where they are (Orleans
-/// `[Immovable]`). Placement itself ignores it; the rebalancer and repartitioner honour it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Immovable {
-    #[default]
-    No,
-    Repartitioner,
-    Rebalancer,
-    Any,
-}
-
-/// Overrides for one grain type.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct GrainTypePolicy {
-    /// The strategy for this type; absent means the cluster's default.
-    pub strategy: Option<Strategy>,
-    /// Options for this type, replacing the cluster's; absent means the cluster's.
-    pub options: Option<StrategyOptions>,
-    /// Metadata filters, run in ascending `order` before the strategy.
-    pub filters: Vec<Filter>,
-    pub immovable: Immovable,
-}
-
-/// A cluster's placement policy.
+/// A cluster's policy.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 #[schema(example = json!({
