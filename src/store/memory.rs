@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Activation, Departure, HeartbeatUpdate, LimitReached, Located, Membership, NewActivation,
-    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
-    DEAD_SILO_RETENTION_MS,
+    Activation, Departure, DirectoryStore, HeartbeatUpdate, LimitReached, Located, Membership,
+    MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration, SiloPage, Store,
+    StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::{Clock, Millis};
 use crate::cluster::{
@@ -189,15 +189,7 @@ impl MemoryStore {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
+impl MembershipStore for MemoryStore {
     async fn record_heartbeat(
         &self,
         cluster: &ClusterName,
@@ -320,6 +312,44 @@ impl Store for MemoryStore {
         }))
     }
 
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let mut reaped = Vec::new();
+        for (name, state) in clusters.iter_mut() {
+            let liveness = state.liveness(now);
+            let newly_dead: Vec<String> = state
+                .silos
+                .values()
+                .filter(|s| s.status != SiloStatus::Dead && !liveness.is_fresh(s.last_heartbeat_ms))
+                .map(|s| s.id.to_string())
+                .collect();
+            for silo in newly_dead {
+                state.mark_dead(&silo, now);
+                state.release_silo(&silo);
+                reaped.push(Reaped {
+                    cluster: name.to_string(),
+                    silo,
+                });
+            }
+            let expired: Vec<String> = state
+                .dead_since
+                .iter()
+                .filter(|(_, since)| now - **since > DEAD_SILO_RETENTION_MS)
+                .map(|(silo, _)| silo.clone())
+                .collect();
+            for silo in expired {
+                // Its generation was retired when it died.
+                state.dead_since.remove(&silo);
+                state.silos.remove(&silo);
+            }
+        }
+        Ok(reaped)
+    }
+}
+
+#[async_trait]
+impl DirectoryStore for MemoryStore {
     async fn lookup(
         &self,
         cluster: &ClusterName,
@@ -390,51 +420,6 @@ impl Store for MemoryStore {
         Ok(results)
     }
 
-    async fn put_pool(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-        pool: &Pool,
-    ) -> Result<(), StoreError> {
-        let mut clusters = self.clusters();
-        let state = self.cluster_state(&mut clusters, cluster)?;
-        let counter = state
-            .pools
-            .get(name.as_str())
-            .map_or(0, |(_, counter)| *counter);
-        state
-            .pools
-            .insert(name.to_string(), (pool.clone(), counter));
-        Ok(())
-    }
-
-    async fn pool(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-    ) -> Result<Option<Pool>, StoreError> {
-        Ok(self
-            .clusters()
-            .get(cluster)
-            .and_then(|state| state.pools.get(name.as_str()))
-            .map(|(pool, _)| pool.clone()))
-    }
-
-    async fn next_round_robin(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-    ) -> Result<Option<u64>, StoreError> {
-        let mut clusters = self.clusters();
-        Ok(clusters
-            .get_mut(cluster)
-            .and_then(|state| state.pools.get_mut(name.as_str()))
-            .map(|(_, counter)| {
-                *counter += 1;
-                *counter - 1
-            }))
-    }
-
     async fn deactivate(
         &self,
         cluster: &ClusterName,
@@ -481,44 +466,91 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
-        let now = self.clock.now_ms();
-        let mut clusters = self.clusters();
-        let mut reaped = Vec::new();
-        for (name, state) in clusters.iter_mut() {
-            let liveness = state.liveness(now);
-            let newly_dead: Vec<String> = state
-                .silos
-                .values()
-                .filter(|s| s.status != SiloStatus::Dead && !liveness.is_fresh(s.last_heartbeat_ms))
-                .map(|s| s.id.to_string())
-                .collect();
-            for silo in newly_dead {
-                state.mark_dead(&silo, now);
-                state.release_silo(&silo);
-                reaped.push(Reaped {
-                    cluster: name.to_string(),
-                    silo,
-                });
-            }
-            let expired: Vec<String> = state
-                .dead_since
-                .iter()
-                .filter(|(_, since)| now - **since > DEAD_SILO_RETENTION_MS)
-                .map(|(silo, _)| silo.clone())
-                .collect();
-            for silo in expired {
-                // Its generation was retired when it died.
-                state.dead_since.remove(&silo);
-                state.silos.remove(&silo);
-            }
-        }
-        Ok(reaped)
-    }
-
     async fn release_dead(&self, _limit: u32) -> Result<u64, StoreError> {
         // Every death releases its entries at once here; nothing is ever left to release.
         Ok(0)
+    }
+}
+
+#[async_trait]
+impl PolicyStore for MemoryStore {
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+    ) -> Result<Result<i64, i64>, StoreError> {
+        let mut clusters = self.clusters();
+        let default_ttl = self.settings.default_silo_ttl_ms;
+        let state = self.cluster_state(&mut clusters, cluster)?;
+        if expected.is_some_and(|expected| expected != state.policy_version) {
+            return Ok(Err(state.policy_version));
+        }
+        state.policy = policy.clone();
+        state.policy_version += 1;
+        state.silo_ttl_ms = policy.silo_ttl_ms.map_or(default_ttl, |ttl| {
+            Millis::try_from(ttl).unwrap_or(Millis::MAX)
+        });
+        Ok(Ok(state.policy_version))
+    }
+}
+
+#[async_trait]
+impl PoolStore for MemoryStore {
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+    ) -> Result<(), StoreError> {
+        let mut clusters = self.clusters();
+        let state = self.cluster_state(&mut clusters, cluster)?;
+        let counter = state
+            .pools
+            .get(name.as_str())
+            .map_or(0, |(_, counter)| *counter);
+        state
+            .pools
+            .insert(name.to_string(), (pool.clone(), counter));
+        Ok(())
+    }
+
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError> {
+        Ok(self
+            .clusters()
+            .get(cluster)
+            .and_then(|state| state.pools.get(name.as_str()))
+            .map(|(pool, _)| pool.clone()))
+    }
+
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut clusters = self.clusters();
+        Ok(clusters
+            .get_mut(cluster)
+            .and_then(|state| state.pools.get_mut(name.as_str()))
+            .map(|(_, counter)| {
+                *counter += 1;
+                *counter - 1
+            }))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
@@ -538,25 +570,5 @@ impl Store for MemoryStore {
             silos_by_status: by_status.into_values().collect(),
             directory_entries: entries,
         })
-    }
-
-    async fn put_policy(
-        &self,
-        cluster: &ClusterName,
-        policy: &Policy,
-        expected: Option<i64>,
-    ) -> Result<Result<i64, i64>, StoreError> {
-        let mut clusters = self.clusters();
-        let default_ttl = self.settings.default_silo_ttl_ms;
-        let state = self.cluster_state(&mut clusters, cluster)?;
-        if expected.is_some_and(|expected| expected != state.policy_version) {
-            return Ok(Err(state.policy_version));
-        }
-        state.policy = policy.clone();
-        state.policy_version += 1;
-        state.silo_ttl_ms = policy.silo_ttl_ms.map_or(default_ttl, |ttl| {
-            Millis::try_from(ttl).unwrap_or(Millis::MAX)
-        });
-        Ok(Ok(state.policy_version))
     }
 }

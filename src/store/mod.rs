@@ -161,7 +161,7 @@ pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, &Liveness) -> Result<
 
 /// The cluster's silos that are not marked dead, how to judge them, and the placement policy: all
 /// that a placement decision reads, in one store call. (Silos dead for the last hour are listed by
-/// [`Store::silos`], never loaded here.)
+/// [`MembershipStore::silos`], never loaded here.)
 #[derive(Debug, Clone)]
 pub struct Membership {
     pub liveness: Liveness,
@@ -254,7 +254,7 @@ pub enum Registration {
     SiloUnavailable,
 }
 
-/// A silo declared dead by a sweep. Its entries are released by [`Store::release_dead`].
+/// A silo declared dead by a sweep. Its entries are released by [`DirectoryStore::release_dead`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reaped {
     pub cluster: String,
@@ -268,14 +268,9 @@ pub struct StoreStats {
     pub directory_entries: u64,
 }
 
+/// Silos and their clusters: heartbeats, membership reads, leaves and deaths.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// `"postgres"` or `"memory"`, for logs and `/readyz`.
-    fn kind(&self) -> &'static str;
-
-    /// Succeeds when the store can serve requests.
-    async fn ping(&self) -> Result<(), StoreError>;
-
+pub trait MembershipStore: Send + Sync + 'static {
     /// Applies a heartbeat atomically, stamped with the store's clock; creates the cluster on its
     /// first heartbeat. Refuses an id retired by a dead incarnation, and a new silo beyond
     /// [`StoreSettings::max_silos_per_cluster`].
@@ -314,6 +309,15 @@ pub trait Store: Send + Sync + 'static {
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError>;
 
+    /// Declares every silo silent past its cluster's TTL dead, and forgets silos dead for longer
+    /// than [`DEAD_SILO_RETENTION_MS`] whose entries are all released (keeping their retired
+    /// generation). Idempotent; replicas may race on it.
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError>;
+}
+
+/// Where grains live: the single-activation directory.
+#[async_trait]
+pub trait DirectoryStore: Send + Sync + 'static {
     /// Directory entries of these grains (absent grains are left out), judged live now.
     async fn lookup(
         &self,
@@ -331,7 +335,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Registration>, StoreError>;
 
     /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
-    /// the registration of the proposed silo by [`Store::register`]'s rules. A grain that exists
+    /// the registration of the proposed silo by [`DirectoryStore::register`]'s rules. A grain that exists
     /// costs a lookup; a new one is registered in the same call, without a second trip through the
     /// oracle. (A single statement doing both was measured in Postgres: 44% more database CPU per
     /// existing grain, the common case, than the lookup followed by an insert of the misses only.)
@@ -376,6 +380,46 @@ pub trait Store: Send + Sync + 'static {
             .collect())
     }
 
+    /// Removes the grain's entry if it is activation `epoch` on `silo`; `true` when it did.
+    async fn deactivate(
+        &self,
+        cluster: &ClusterName,
+        grain: &GrainId,
+        silo: &SiloId,
+        epoch: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
+    async fn activations_on(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError>;
+
+    /// Releases up to `limit` directory entries of a dead silo; returns how many, 0 when no dead
+    /// silo has any left. Idempotent; replicas may race on it.
+    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
+}
+
+/// The cluster policy, versioned (it is read with the membership).
+#[async_trait]
+pub trait PolicyStore: Send + Sync + 'static {
+    /// Replaces the cluster's policy if its version is `expected` (`None`: whatever it is),
+    /// creating the cluster if needed (a cluster never written has version 0). `Ok(new version)`,
+    /// or `Err(current version)` when another writer got there first.
+    async fn put_policy(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+        expected: Option<i64>,
+    ) -> Result<Result<i64, i64>, StoreError>;
+}
+
+/// Connection pools and their shared round-robin counters.
+#[async_trait]
+pub trait PoolStore: Send + Sync + 'static {
     /// Creates or replaces a connection pool (and the cluster, if new). The round-robin counter of
     /// an existing pool carries on.
     async fn put_pool(
@@ -399,44 +443,17 @@ pub trait Store: Send + Sync + 'static {
         cluster: &ClusterName,
         name: &PoolName,
     ) -> Result<Option<u64>, StoreError>;
+}
 
-    /// Removes the grain's entry if it is activation `epoch` on `silo`; `true` when it did.
-    async fn deactivate(
-        &self,
-        cluster: &ClusterName,
-        grain: &GrainId,
-        silo: &SiloId,
-        epoch: i64,
-    ) -> Result<bool, StoreError>;
+/// A whole store: every aggregate, plus what concerns the store itself.
+#[async_trait]
+pub trait Store: MembershipStore + DirectoryStore + PolicyStore + PoolStore {
+    /// `"postgres"` or `"memory"`, for logs and `/readyz`.
+    fn kind(&self) -> &'static str;
 
-    /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
-    async fn activations_on(
-        &self,
-        cluster: &ClusterName,
-        silo: &SiloId,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Activation>, StoreError>;
-
-    /// Declares every silo silent past its cluster's TTL dead, and forgets silos dead for longer
-    /// than [`DEAD_SILO_RETENTION_MS`] whose entries are all released (keeping their retired
-    /// generation). Idempotent; replicas may race on it.
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError>;
-
-    /// Releases up to `limit` directory entries of a dead silo; returns how many, 0 when no dead
-    /// silo has any left. Idempotent; replicas may race on it.
-    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
+    /// Succeeds when the store can serve requests.
+    async fn ping(&self) -> Result<(), StoreError>;
 
     /// Counts for metrics.
     async fn stats(&self) -> Result<StoreStats, StoreError>;
-
-    /// Replaces the cluster's policy if its version is `expected` (`None`: whatever it is),
-    /// creating the cluster if needed (a cluster never written has version 0). `Ok(new version)`,
-    /// or `Err(current version)` when another writer got there first.
-    async fn put_policy(
-        &self,
-        cluster: &ClusterName,
-        policy: &Policy,
-        expected: Option<i64>,
-    ) -> Result<Result<i64, i64>, StoreError>;
 }

@@ -25,9 +25,9 @@ use sqlx::{PgPool, Row};
 
 use super::health::StoreHealth;
 use super::{
-    Activation, Departure, HeartbeatUpdate, LimitReached, Located, Membership, NewActivation,
-    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats, StoreTime,
-    DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
+    Activation, Departure, DirectoryStore, HeartbeatUpdate, LimitReached, Located, Membership,
+    MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration, SiloPage, Store,
+    StoreError, StoreSettings, StoreStats, StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::silo::SiloProfile;
@@ -1083,19 +1083,7 @@ fn deadlock_as_contention<T>(outcome: Result<T, StoreError>) -> Result<T, StoreE
 }
 
 #[async_trait]
-impl Store for PostgresStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.guard(async {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
-            Ok(())
-        })
-        .await
-    }
-
+impl MembershipStore for PostgresStore {
     async fn record_heartbeat(
         &self,
         cluster: &ClusterName,
@@ -1136,6 +1124,14 @@ impl Store for PostgresStore {
         deadlock_as_contention(outcome)
     }
 
+    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+        let outcome = self.guard(self.try_reap()).await;
+        deadlock_as_contention(outcome)
+    }
+}
+
+#[async_trait]
+impl DirectoryStore for PostgresStore {
     async fn lookup(
         &self,
         cluster: &ClusterName,
@@ -1151,31 +1147,6 @@ impl Store for PostgresStore {
     ) -> Result<Vec<Registration>, StoreError> {
         let outcome = self.guard(self.try_register(cluster, entries)).await;
         deadlock_as_contention(outcome)
-    }
-
-    async fn put_pool(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-        pool: &Pool,
-    ) -> Result<(), StoreError> {
-        self.guard(self.try_put_pool(cluster, name, pool)).await
-    }
-
-    async fn pool(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-    ) -> Result<Option<Pool>, StoreError> {
-        self.guard(self.try_pool(cluster, name)).await
-    }
-
-    async fn next_round_robin(
-        &self,
-        cluster: &ClusterName,
-        name: &PoolName,
-    ) -> Result<Option<u64>, StoreError> {
-        self.guard(self.try_next_round_robin(cluster, name)).await
     }
 
     async fn deactivate(
@@ -1200,19 +1171,13 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
-        let outcome = self.guard(self.try_reap()).await;
-        deadlock_as_contention(outcome)
-    }
-
     async fn release_dead(&self, limit: u32) -> Result<u64, StoreError> {
         self.guard(self.try_release_dead(limit)).await
     }
+}
 
-    async fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.guard(self.try_stats()).await
-    }
-
+#[async_trait]
+impl PolicyStore for PostgresStore {
     async fn put_policy(
         &self,
         cluster: &ClusterName,
@@ -1221,5 +1186,52 @@ impl Store for PostgresStore {
     ) -> Result<Result<i64, i64>, StoreError> {
         self.guard(self.try_put_policy(cluster, policy, expected))
             .await
+    }
+}
+
+#[async_trait]
+impl PoolStore for PostgresStore {
+    async fn put_pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+        pool: &Pool,
+    ) -> Result<(), StoreError> {
+        self.guard(self.try_put_pool(cluster, name, pool)).await
+    }
+
+    async fn pool(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<Pool>, StoreError> {
+        self.guard(self.try_pool(cluster, name)).await
+    }
+
+    async fn next_round_robin(
+        &self,
+        cluster: &ClusterName,
+        name: &PoolName,
+    ) -> Result<Option<u64>, StoreError> {
+        self.guard(self.try_next_round_robin(cluster, name)).await
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.guard(async {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.guard(self.try_stats()).await
     }
 }

@@ -28,5 +28,6 @@ mod packaging;
 mod proxy;
 mod replicas;
 mod single_activation;
+mod store_parts;
 mod store_suite;
 mod strategies;

@@ -1,0 +1,237 @@
+//! Each part of the store interface, called directly (no HTTP, no oracle) on both stores: what
+//! the oracle relies on from membership, the directory, the policy and the pools.
+
+use std::sync::Arc;
+
+use placement_oracle::clock::ManualClock;
+use placement_oracle::cluster::heartbeat::{self, Heartbeat};
+use placement_oracle::cluster::{ClusterName, GrainId, LoadReport, PoolName, SiloId, SiloStatus};
+use placement_oracle::connect::{ConnectRule, Pool};
+use placement_oracle::placement::Strategy;
+use placement_oracle::policy::Policy;
+use placement_oracle::store::{NewActivation, Registration, Store};
+
+use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
+
+/// A store of its own, on a manual clock; the database is kept alive with it.
+async fn direct(backend: Backend) -> (Arc<dyn Store>, ManualClock, Option<Arc<TestDatabase>>) {
+    let clock = ManualClock::starting_at(START_MS);
+    match backend {
+        Backend::Memory => (memory_store(&clock), clock, None),
+        Backend::Postgres => {
+            let database = TestDatabase::create().await;
+            let store = database.store(2, &clock).await;
+            (Arc::new(store), clock, Some(database))
+        }
+    }
+}
+
+fn cluster() -> ClusterName {
+    ClusterName::parse("parts").unwrap()
+}
+
+fn silo(id: &str) -> SiloId {
+    SiloId::parse("silo", id).unwrap()
+}
+
+async fn beat(store: &dyn Store, id: &str) {
+    let heartbeat = Heartbeat {
+        silo: silo(id),
+        address: id.split('@').next().unwrap().to_owned(),
+        status: SiloStatus::Active,
+        role: None,
+        metadata: Default::default(),
+        grain_types: None,
+        load: LoadReport::default(),
+    };
+    let update =
+        |previous: Option<&_>, liveness: &_| heartbeat::apply(&heartbeat, previous, liveness);
+    store
+        .record_heartbeat(&cluster(), &heartbeat.silo, &update)
+        .await
+        .unwrap()
+        .expect("accepted");
+}
+
+fn entry(grain: &str, on: &str) -> NewActivation {
+    NewActivation {
+        grain: GrainId::parse("grain", grain).unwrap(),
+        silo: silo(on),
+        strategy: Strategy::Random.as_str(),
+        replaces_epoch: None,
+    }
+}
+
+async fn membership_records_lists_and_retires_silos(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    assert!(
+        store.membership(&cluster()).await.unwrap().is_none(),
+        "no cluster before a heartbeat"
+    );
+    for id in ["a@1", "b@1", "c@1"] {
+        beat(&*store, id).await;
+    }
+    let membership = store.membership(&cluster()).await.unwrap().unwrap();
+    let ids: Vec<&str> = membership.silos.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["a@1", "b@1", "c@1"]);
+    let page = store
+        .silos(&cluster(), Some(&silo("a@1")), 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.silos.len(), 1);
+    assert_eq!(page.silos[0].id.as_str(), "b@1");
+
+    let left = store
+        .remove_silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((left.released, left.release_pending), (0, false));
+    let (record, liveness) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(record.status_at(&liveness), SiloStatus::Dead);
+
+    // b keeps beating; c falls silent past the TTL and the sweep's step declares it dead.
+    clock.advance_ms(TTL_MS / 2);
+    beat(&*store, "b@1").await;
+    clock.advance_ms(TTL_MS / 2 + 1);
+    let reaped = store.reap().await.unwrap();
+    assert_eq!(
+        reaped.iter().map(|r| r.silo.as_str()).collect::<Vec<_>>(),
+        ["c@1"]
+    );
+    let membership = store.membership(&cluster()).await.unwrap().unwrap();
+    let ids: Vec<&str> = membership.silos.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["b@1"],
+        "the membership holds only silos not marked dead"
+    );
+}
+
+async fn the_directory_registers_once_looks_up_and_deactivates_by_epoch(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    let first = store
+        .register(&cluster(), &[entry("user/alice", "a@1")])
+        .await
+        .unwrap();
+    let Registration::Registered(activation) = &first[0] else {
+        panic!("registered: {first:?}");
+    };
+    let again = store
+        .register(&cluster(), &[entry("user/alice", "a@1")])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again[0], Registration::Existing(l) if l.activation.epoch == activation.epoch && l.live),
+        "first writer wins: {again:?}"
+    );
+    let grain = GrainId::parse("grain", "user/alice").unwrap();
+    let found = store
+        .lookup(&cluster(), std::slice::from_ref(&grain))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].activation.silo, "a@1");
+
+    assert!(
+        !store
+            .deactivate(&cluster(), &grain, &silo("a@1"), activation.epoch + 1)
+            .await
+            .unwrap(),
+        "another epoch is not this activation"
+    );
+    assert!(store
+        .deactivate(&cluster(), &grain, &silo("a@1"), activation.epoch)
+        .await
+        .unwrap());
+    assert!(store.lookup(&cluster(), &[grain]).await.unwrap().is_empty());
+
+    let many: Vec<NewActivation> = (0..5)
+        .map(|i| entry(&format!("order/{i}"), "a@1"))
+        .collect();
+    store.register(&cluster(), &many).await.unwrap();
+    let page = store
+        .activations_on(&cluster(), &silo("a@1"), Some("order/1"), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|a| a.grain.as_str()).collect::<Vec<_>>(),
+        ["order/2", "order/3"]
+    );
+}
+
+async fn the_policy_is_replaced_only_at_the_expected_version(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    let policy = Policy {
+        default_strategy: Strategy::HashBased,
+        ..Policy::default()
+    };
+    assert_eq!(
+        store.put_policy(&cluster(), &policy, None).await.unwrap(),
+        Ok(1)
+    );
+    assert_eq!(
+        store
+            .put_policy(&cluster(), &policy, Some(0))
+            .await
+            .unwrap(),
+        Err(1),
+        "a writer that read version 0 lost the race"
+    );
+    assert_eq!(
+        store
+            .put_policy(&cluster(), &policy, Some(1))
+            .await
+            .unwrap(),
+        Ok(2)
+    );
+    let membership = store.membership(&cluster()).await.unwrap().unwrap();
+    assert_eq!(membership.policy_version, 2);
+    assert_eq!(membership.policy.default_strategy, Strategy::HashBased);
+}
+
+async fn pools_are_stored_and_share_one_round_robin_counter(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    let name = PoolName::parse("front").unwrap();
+    assert!(store.pool(&cluster(), &name).await.unwrap().is_none());
+    assert!(store
+        .next_round_robin(&cluster(), &name)
+        .await
+        .unwrap()
+        .is_none());
+    let pool = Pool {
+        rule: ConnectRule::RoundRobin,
+        ..Pool::default()
+    };
+    store.put_pool(&cluster(), &name, &pool).await.unwrap();
+    assert_eq!(
+        store.pool(&cluster(), &name).await.unwrap(),
+        Some(pool.clone())
+    );
+    let mut counters = Vec::new();
+    for _ in 0..3 {
+        counters.push(
+            store
+                .next_round_robin(&cluster(), &name)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert_eq!(counters, [0, 1, 2]);
+    // Replacing the pool keeps the counter going.
+    store.put_pool(&cluster(), &name, &pool).await.unwrap();
+    assert_eq!(
+        store.next_round_robin(&cluster(), &name).await.unwrap(),
+        Some(3)
+    );
+}
+
+for_both_stores!(
+    membership_records_lists_and_retires_silos,
+    the_directory_registers_once_looks_up_and_deactivates_by_epoch,
+    the_policy_is_replaced_only_at_the_expected_version,
+    pools_are_stored_and_share_one_round_robin_counter,
+);
