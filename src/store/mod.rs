@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::clock::{Clock, Millis};
 use crate::cluster::{
@@ -417,6 +419,53 @@ pub trait PolicyStore: Send + Sync + 'static {
     ) -> Result<Result<i64, i64>, StoreError>;
 }
 
+/// A cluster's lease: who runs the cluster's background work (rebalancer sessions, repartitioner
+/// rounds) until when. `token` grows on every takeover, so a write fenced by an older token (from
+/// a holder that lost the lease while it worked) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Lease {
+    /// The replica holding it (`ORACLE_REPLICA_ID`).
+    #[schema(example = "oracle-7c9f-4211")]
+    pub holder: String,
+    #[schema(example = 3)]
+    pub token: i64,
+    #[schema(example = 1_764_547_210_000_i64)]
+    pub expires_at_ms: Millis,
+}
+
+/// What asking for a cluster's lease gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseClaim {
+    /// The asker holds it now: taken (a new token) or renewed (the same token).
+    Held(Lease),
+    /// Another replica holds it, unexpired.
+    HeldByOther(Lease),
+    /// No such cluster.
+    NoCluster,
+}
+
+/// Cluster leases: background work for a cluster runs on exactly one replica at a time. A lease
+/// row with an expiry and a growing token (not an advisory lock), so the schema also fits
+/// distributed SQL engines; time is the store's clock.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Takes the lease for `holder` when it is free or expired (a new token), or renews it when
+    /// `holder` has it (same token), for `ttl_ms` from now.
+    async fn claim_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError>;
+
+    /// The cluster's lease, expired or not; `None` when never taken.
+    async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError>;
+
+    /// Gives the lease up (it expires now) if `lease` is still the current one; `true` when it was.
+    async fn release_lease(&self, cluster: &ClusterName, lease: &Lease)
+        -> Result<bool, StoreError>;
+}
+
 /// Connection pools and their shared round-robin counters.
 #[async_trait]
 pub trait PoolStore: Send + Sync + 'static {
@@ -447,7 +496,7 @@ pub trait PoolStore: Send + Sync + 'static {
 
 /// A whole store: every aggregate, plus what concerns the store itself.
 #[async_trait]
-pub trait Store: MembershipStore + DirectoryStore + PolicyStore + PoolStore {
+pub trait Store: MembershipStore + DirectoryStore + PolicyStore + PoolStore + LeaseStore {
     /// `"postgres"` or `"memory"`, for logs and `/readyz`.
     fn kind(&self) -> &'static str;
 

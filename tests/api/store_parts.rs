@@ -9,7 +9,7 @@ use placement_oracle::cluster::{ClusterName, GrainId, LoadReport, PoolName, Silo
 use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
-use placement_oracle::store::{NewActivation, Registration, Store};
+use placement_oracle::store::{Lease, LeaseClaim, NewActivation, Registration, Store};
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
 
@@ -229,7 +229,77 @@ async fn pools_are_stored_and_share_one_round_robin_counter(backend: Backend) {
     );
 }
 
+async fn a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    let held = |claim: LeaseClaim| match claim {
+        LeaseClaim::Held(lease) => lease,
+        other => panic!("expected to hold the lease: {other:?}"),
+    };
+    assert_eq!(
+        store.claim_lease(&cluster(), "a", 10_000).await.unwrap(),
+        LeaseClaim::NoCluster
+    );
+    beat(&*store, "s@1").await;
+    let a = held(store.claim_lease(&cluster(), "a", 10_000).await.unwrap());
+    assert_eq!(
+        (a.holder.as_str(), a.token, a.expires_at_ms),
+        ("a", 1, START_MS + 10_000)
+    );
+    // B is refused while A's lease runs; A renews with the same token.
+    clock.advance_ms(4_000);
+    assert_eq!(
+        store.claim_lease(&cluster(), "b", 10_000).await.unwrap(),
+        LeaseClaim::HeldByOther(a.clone())
+    );
+    let renewed = held(store.claim_lease(&cluster(), "a", 10_000).await.unwrap());
+    assert_eq!(
+        (renewed.token, renewed.expires_at_ms),
+        (1, START_MS + 14_000)
+    );
+    // A stops renewing: once it expires, B takes over with a larger token.
+    clock.advance_ms(10_000);
+    let b = held(store.claim_lease(&cluster(), "b", 10_000).await.unwrap());
+    assert_eq!((b.holder.as_str(), b.token), ("b", 2));
+    assert_eq!(store.lease(&cluster()).await.unwrap(), Some(b.clone()));
+    // A's old lease cannot be given up any more; B's can, and A comes back with token 3.
+    assert!(!store.release_lease(&cluster(), &renewed).await.unwrap());
+    assert!(store.release_lease(&cluster(), &b).await.unwrap());
+    let again = held(store.claim_lease(&cluster(), "a", 10_000).await.unwrap());
+    assert_eq!((again.holder.as_str(), again.token), ("a", 3));
+}
+
+async fn racing_claims_give_the_lease_to_exactly_one(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    beat(&*store, "s@1").await;
+    for round in 0..3 {
+        let racers: Vec<_> = ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .into_iter()
+            .map(|holder| {
+                let store = store.clone();
+                tokio::spawn(async move { store.claim_lease(&cluster(), holder, 1_000).await })
+            })
+            .collect();
+        let mut claims = Vec::new();
+        for racer in racers {
+            claims.push(racer.await.unwrap());
+        }
+        let holders: Vec<Lease> = claims
+            .into_iter()
+            .filter_map(|claim| match claim.unwrap() {
+                LeaseClaim::Held(lease) => Some(lease),
+                LeaseClaim::HeldByOther(_) => None,
+                LeaseClaim::NoCluster => panic!("the cluster exists"),
+            })
+            .collect();
+        assert_eq!(holders.len(), 1, "round {round}: {holders:?}");
+        assert_eq!(holders[0].token, round + 1);
+        clock.advance_ms(1_001);
+    }
+}
+
 for_both_stores!(
+    racing_claims_give_the_lease_to_exactly_one,
+    a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover,
     membership_records_lists_and_retires_silos,
     the_directory_registers_once_looks_up_and_deactivates_by_epoch,
     the_policy_is_replaced_only_at_the_expected_version,

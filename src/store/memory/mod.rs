@@ -3,15 +3,17 @@
 //! Used when no `DATABASE_URL` is set. It keeps the same invariants as Postgres (one lock makes each
 //! call atomic) but nothing survives a restart and replicas cannot share it.
 
+mod leases;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::{
-    Activation, Departure, DirectoryStore, HeartbeatUpdate, LimitReached, Located, Membership,
-    MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration, SiloPage, Store,
-    StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
+    Activation, Departure, DirectoryStore, HeartbeatUpdate, Lease, LimitReached, Located,
+    Membership, MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration,
+    SiloPage, Store, StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::{Clock, Millis};
 use crate::cluster::{
@@ -44,6 +46,8 @@ struct ClusterState {
     directory: HashMap<String, Entry>,
     /// Grains per silo, ordered, for paging through a silo's activations.
     by_silo: HashMap<String, BTreeSet<String>>,
+    /// Who runs the cluster's background work ([`leases`]).
+    lease: Option<Lease>,
 }
 
 impl ClusterState {
@@ -174,6 +178,7 @@ impl MemoryStore {
                 retired: HashMap::new(),
                 directory: HashMap::new(),
                 by_silo: HashMap::new(),
+                lease: None,
             })),
         }
     }

@@ -13,6 +13,8 @@
 //! Every call goes through [`StoreHealth`]: calls fail fast while the database is unreachable, and
 //! the replica's last outage is subtracted from every silence it judges.
 
+mod leases;
+
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,109 @@
+//! Cluster leases on Postgres: one row per cluster, claimed and renewed by one statement.
+
+use async_trait::async_trait;
+
+use super::PostgresStore;
+use crate::clock::Millis;
+use crate::cluster::ClusterName;
+use crate::store::{Lease, LeaseClaim, LeaseStore, StoreError};
+
+type LeaseRow = (String, i64, i64);
+
+fn lease((holder, token, expires_at_ms): LeaseRow) -> Lease {
+    Lease {
+        holder,
+        token,
+        expires_at_ms,
+    }
+}
+
+impl PostgresStore {
+    async fn try_claim_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        // Taken when absent or expired (a new token), renewed when `holder` has it (same token);
+        // a lease another holder keeps unexpired is left alone and read back instead.
+        let claimed: Option<LeaseRow> = sqlx::query_as(
+            "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
+             INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)
+             SELECT c.name, $2, 1, now.ms + $3 FROM clusters c, now WHERE c.name = $1
+             ON CONFLICT (cluster) DO UPDATE
+                SET holder = EXCLUDED.holder,
+                    token = CASE WHEN l.holder = EXCLUDED.holder
+                                  AND l.expires_at_ms > (SELECT ms FROM now)
+                                 THEN l.token ELSE l.token + 1 END,
+                    expires_at_ms = EXCLUDED.expires_at_ms
+              WHERE l.holder = EXCLUDED.holder OR l.expires_at_ms <= (SELECT ms FROM now)
+             RETURNING holder, token, expires_at_ms",
+        )
+        .bind(cluster.as_str())
+        .bind(holder)
+        .bind(ttl_ms)
+        .bind(self.now())
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(row) = claimed {
+            return Ok(LeaseClaim::Held(lease(row)));
+        }
+        Ok(match self.try_lease(cluster).await? {
+            Some(current) => LeaseClaim::HeldByOther(current),
+            None => LeaseClaim::NoCluster,
+        })
+    }
+
+    async fn try_lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {
+        let row: Option<LeaseRow> = sqlx::query_as(
+            "SELECT holder, token, expires_at_ms FROM cluster_leases WHERE cluster = $1",
+        )
+        .bind(cluster.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(lease))
+    }
+
+    async fn try_release_lease(
+        &self,
+        cluster: &ClusterName,
+        current: &Lease,
+    ) -> Result<bool, StoreError> {
+        let released = sqlx::query(
+            "UPDATE cluster_leases SET expires_at_ms = LEAST(expires_at_ms, COALESCE($4::int8, oracle_now_ms()))
+             WHERE cluster = $1 AND holder = $2 AND token = $3",
+        )
+        .bind(cluster.as_str())
+        .bind(&current.holder)
+        .bind(current.token)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await?;
+        Ok(released.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    async fn claim_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        self.guard(self.try_claim_lease(cluster, holder, ttl_ms))
+            .await
+    }
+
+    async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {
+        self.guard(self.try_lease(cluster)).await
+    }
+
+    async fn release_lease(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+    ) -> Result<bool, StoreError> {
+        self.guard(self.try_release_lease(cluster, lease)).await
+    }
+}
