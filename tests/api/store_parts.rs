@@ -9,7 +9,10 @@ use placement_oracle::cluster::{ClusterName, GrainId, LoadReport, PoolName, Silo
 use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
-use placement_oracle::store::{Lease, LeaseClaim, NewActivation, Registration, Store};
+use placement_oracle::store::{
+    Completion, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration, Refusal,
+    Registration, Store,
+};
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
 
@@ -297,7 +300,297 @@ async fn racing_claims_give_the_lease_to_exactly_one(backend: Backend) {
     }
 }
 
+fn migration(grain: &str, from: &str, to: &str, epoch: i64) -> NewMigration {
+    NewMigration {
+        grain: GrainId::parse("grain", grain).unwrap(),
+        from: silo(from),
+        to: silo(to),
+        epoch,
+        reason: MigrationReason::Rebalancer,
+    }
+}
+
+/// Registers `grain` on `on` and returns its epoch.
+async fn placed(store: &dyn Store, grain: &str, on: &str) -> i64 {
+    match &store
+        .register(&cluster(), &[entry(grain, on)])
+        .await
+        .unwrap()[0]
+    {
+        Registration::Registered(a) => a.epoch,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The lease, for eight seconds (less than the silos' TTL, so a test can outlive it).
+async fn lease_for(store: &dyn Store, holder: &str) -> Lease {
+    match store.claim_lease(&cluster(), holder, 8_000).await.unwrap() {
+        LeaseClaim::Held(lease) => lease,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn migrations_are_issued_only_under_the_current_lease_once_per_grain(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    for id in ["a@1", "b@1"] {
+        beat(&*store, id).await;
+    }
+    let alice = placed(&*store, "user/alice", "a@1").await;
+    let bob = placed(&*store, "user/bob", "a@1").await;
+    let a = lease_for(&*store, "replica-a").await;
+    let issued = store
+        .issue_migrations(
+            &cluster(),
+            &a,
+            &[
+                migration("user/alice", "a@1", "b@1", alice),
+                migration("user/bob", "a@1", "b@1", bob + 1000), // not that activation
+                migration("user/carol", "a@1", "b@1", 1),        // no such grain
+            ],
+        )
+        .await
+        .unwrap()
+        .expect("the lease holds");
+    assert_eq!(
+        issued.iter().map(|m| m.grain.as_str()).collect::<Vec<_>>(),
+        ["user/alice"]
+    );
+    assert_eq!(
+        (
+            issued[0].from.as_str(),
+            issued[0].to.as_str(),
+            issued[0].epoch
+        ),
+        ("a@1", "b@1", alice)
+    );
+    // One open migration per grain.
+    let again = store
+        .issue_migrations(
+            &cluster(),
+            &a,
+            &[migration("user/alice", "a@1", "b@1", alice)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.is_empty());
+    // The source polls what it must send.
+    let pending = store
+        .pending_migrations(&cluster(), &silo("a@1"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(pending, issued);
+    assert!(store
+        .pending_migrations(&cluster(), &silo("b@1"), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .pending_migrations(&cluster(), &silo("a@1"), Some(issued[0].id), 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A's lease expires and B takes over: A's token writes nothing any more.
+    clock.advance_ms(4_000);
+    beat(&*store, "a@1").await;
+    beat(&*store, "b@1").await;
+    clock.advance_ms(4_001);
+    beat(&*store, "a@1").await;
+    beat(&*store, "b@1").await;
+    let b = lease_for(&*store, "replica-b").await;
+    assert!(b.token > a.token);
+    let fenced = store
+        .issue_migrations(&cluster(), &a, &[migration("user/bob", "a@1", "b@1", bob)])
+        .await
+        .unwrap();
+    assert_eq!(fenced, None, "a stale token is refused");
+    let by_b = store
+        .issue_migrations(&cluster(), &b, &[migration("user/bob", "a@1", "b@1", bob)])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_b.len(), 1);
+}
+
+async fn completing_moves_the_entry_as_a_new_activation_or_says_why_not(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    for id in ["a@1", "b@1", "c@1"] {
+        beat(&*store, id).await;
+    }
+    let lease = lease_for(&*store, "r").await;
+    let mut epochs = std::collections::HashMap::new();
+    for grain in ["user/1", "user/2", "user/3", "user/4"] {
+        epochs.insert(grain, placed(&*store, grain, "a@1").await);
+    }
+    let issued = store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[
+                migration("user/1", "a@1", "b@1", epochs["user/1"]),
+                migration("user/2", "a@1", "b@1", epochs["user/2"]),
+                migration("user/3", "a@1", "c@1", epochs["user/3"]),
+                migration("user/4", "a@1", "b@1", epochs["user/4"]),
+            ],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let id = |grain: &str| issued.iter().find(|m| m.grain == grain).unwrap().id;
+
+    // Completed: the entry is on b, with a larger epoch; completing again finds nothing.
+    let Completion::Moved { epoch, .. } = store
+        .complete_migration(&cluster(), id("user/1"), 60_000)
+        .await
+        .unwrap()
+    else {
+        panic!("moved");
+    };
+    assert!(epoch > epochs["user/1"]);
+    let found = store
+        .lookup(&cluster(), &[GrainId::parse("grain", "user/1").unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(
+        (found[0].activation.silo.as_str(), found[0].activation.epoch),
+        ("b@1", epoch)
+    );
+    assert_eq!(
+        store
+            .complete_migration(&cluster(), id("user/1"), 60_000)
+            .await
+            .unwrap(),
+        Completion::NotFound
+    );
+
+    // The grain was deactivated meanwhile: refused, and cancelled.
+    let grain2 = GrainId::parse("grain", "user/2").unwrap();
+    assert!(store
+        .deactivate(&cluster(), &grain2, &silo("a@1"), epochs["user/2"])
+        .await
+        .unwrap());
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), id("user/2"), 60_000)
+            .await
+            .unwrap(),
+        Completion::Refused {
+            refusal: Refusal::GrainGone,
+            ..
+        }
+    ));
+
+    // The target left: refused. Too old: refused. Failing removes it.
+    store.remove_silo(&cluster(), &silo("c@1")).await.unwrap();
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), id("user/3"), 60_000)
+            .await
+            .unwrap(),
+        Completion::Refused {
+            refusal: Refusal::TargetUnavailable,
+            ..
+        }
+    ));
+    clock.advance_ms(5_000);
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), id("user/4"), 4_999)
+            .await
+            .unwrap(),
+        Completion::Refused {
+            refusal: Refusal::Expired,
+            ..
+        }
+    ));
+    assert!(store
+        .pending_migrations(&cluster(), &silo("a@1"), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let more = store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[migration("user/4", "a@1", "b@1", epochs["user/4"])],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .fail_migration(&cluster(), more[0].id)
+            .await
+            .unwrap()
+            .map(|m| m.grain),
+        Some("user/4".to_owned())
+    );
+    assert_eq!(
+        store.fail_migration(&cluster(), more[0].id).await.unwrap(),
+        None
+    );
+}
+
+async fn stale_migrations_are_cancelled(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    for id in ["a@1", "b@1", "c@1"] {
+        beat(&*store, id).await;
+    }
+    let lease = lease_for(&*store, "r").await;
+    let one = placed(&*store, "user/1", "a@1").await;
+    let two = placed(&*store, "user/2", "a@1").await;
+    let three = placed(&*store, "user/3", "a@1").await;
+    store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[
+                migration("user/1", "a@1", "b@1", one),
+                migration("user/2", "a@1", "c@1", two),
+                migration("user/3", "a@1", "b@1", three),
+            ],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store
+        .cancel_stale_migrations(&cluster(), 60_000)
+        .await
+        .unwrap()
+        .is_empty());
+    // c leaves (its target dies) and user/1 is deactivated: both cancelled; user/3 stays.
+    store.remove_silo(&cluster(), &silo("c@1")).await.unwrap();
+    let grain1 = GrainId::parse("grain", "user/1").unwrap();
+    store
+        .deactivate(&cluster(), &grain1, &silo("a@1"), one)
+        .await
+        .unwrap();
+    let mut cancelled: Vec<String> = store
+        .cancel_stale_migrations(&cluster(), 60_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.grain)
+        .collect();
+    cancelled.sort();
+    assert_eq!(cancelled, ["user/1", "user/2"]);
+    // Past the TTL, the last one goes too.
+    clock.advance_ms(2_001);
+    let expired = store
+        .cancel_stale_migrations(&cluster(), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        expired.iter().map(|m| m.grain.as_str()).collect::<Vec<_>>(),
+        ["user/3"]
+    );
+}
+
 for_both_stores!(
+    migrations_are_issued_only_under_the_current_lease_once_per_grain,
+    completing_moves_the_entry_as_a_new_activation_or_says_why_not,
+    stale_migrations_are_cancelled,
     racing_claims_give_the_lease_to_exactly_one,
     a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover,
     membership_records_lists_and_retires_silos,

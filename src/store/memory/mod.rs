@@ -4,6 +4,7 @@
 //! call atomic) but nothing survives a restart and replicas cannot share it.
 
 mod leases;
+mod migrations;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -12,8 +13,8 @@ use async_trait::async_trait;
 
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatUpdate, Lease, LimitReached, Located,
-    Membership, MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration,
-    SiloPage, Store, StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
+    Membership, MembershipStore, Migration, NewActivation, PolicyStore, PoolStore, Reaped,
+    Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::{Clock, Millis};
 use crate::cluster::{
@@ -22,7 +23,7 @@ use crate::cluster::{
 use crate::connect::Pool;
 use crate::policy::Policy;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Entry {
     silo: String,
     strategy: String,
@@ -48,6 +49,9 @@ struct ClusterState {
     by_silo: HashMap<String, BTreeSet<String>>,
     /// Who runs the cluster's background work ([`leases`]).
     lease: Option<Lease>,
+    /// Open migrations by id ([`migrations`]).
+    migrations: BTreeMap<i64, Migration>,
+    last_migration_id: i64,
 }
 
 impl ClusterState {
@@ -179,6 +183,8 @@ impl MemoryStore {
                 directory: HashMap::new(),
                 by_silo: HashMap::new(),
                 lease: None,
+                migrations: BTreeMap::new(),
+                last_migration_id: 0,
             })),
         }
     }

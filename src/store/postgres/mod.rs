@@ -14,6 +14,7 @@
 //! the replica's last outage is subtracted from every silence it judges.
 
 mod leases;
+mod migrations;
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;

@@ -1,0 +1,198 @@
+//! Open migrations in the embedded store: the same rules as Postgres', under its one lock.
+
+use async_trait::async_trait;
+
+use super::{ClusterState, MemoryStore};
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, SiloId, SiloStatus};
+use crate::store::{
+    Completion, Lease, Migration, MigrationStore, NewMigration, Refusal, StoreError,
+};
+
+impl ClusterState {
+    /// Why `m` can no longer apply at `now`, if it cannot.
+    fn refusal(&self, m: &Migration, now: Millis, ttl_ms: Millis) -> Option<Refusal> {
+        if now - m.created_at_ms > ttl_ms {
+            return Some(Refusal::Expired);
+        }
+        let liveness = self.liveness(now);
+        let status = |silo: &str| self.silos.get(silo).map(|s| s.status_at(&liveness));
+        if status(&m.from).is_none_or(|s| s == SiloStatus::Dead) {
+            return Some(Refusal::SourceDead);
+        }
+        if status(&m.to) != Some(SiloStatus::Active) {
+            return Some(Refusal::TargetUnavailable);
+        }
+        match self.directory.get(&m.grain) {
+            None => Some(Refusal::GrainGone),
+            Some(entry) if entry.silo != m.from || entry.epoch != m.epoch => {
+                Some(Refusal::GrainMoved {
+                    silo: entry.silo.clone(),
+                    epoch: entry.epoch,
+                })
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+#[async_trait]
+impl MigrationStore for MemoryStore {
+    async fn issue_migrations(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        migrations: &[NewMigration],
+    ) -> Result<Option<Vec<Migration>>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(None);
+        };
+        let holds = state.lease.as_ref().is_some_and(|lease| {
+            lease.holder == fence.holder && lease.token == fence.token && lease.expires_at_ms > now
+        });
+        if !holds {
+            return Ok(None);
+        }
+        let mut written = Vec::new();
+        for new in migrations {
+            let grain = new.grain.as_str();
+            let at_source = state
+                .directory
+                .get(grain)
+                .is_some_and(|e| e.silo == new.from.as_str() && e.epoch == new.epoch);
+            if !at_source || state.migrations.values().any(|m| m.grain == grain) {
+                continue;
+            }
+            state.last_migration_id += 1;
+            let migration = Migration {
+                id: state.last_migration_id,
+                grain: grain.to_owned(),
+                from: new.from.to_string(),
+                to: new.to.to_string(),
+                reason: new.reason,
+                epoch: new.epoch,
+                created_at_ms: now,
+            };
+            state.migrations.insert(migration.id, migration.clone());
+            written.push(migration);
+        }
+        Ok(Some(written))
+    }
+
+    async fn pending_migrations(
+        &self,
+        cluster: &ClusterName,
+        from: &SiloId,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Migration>, StoreError> {
+        let clusters = self.clusters();
+        let Some(state) = clusters.get(cluster) else {
+            return Ok(Vec::new());
+        };
+        Ok(state
+            .migrations
+            .range(after.map_or(i64::MIN, |id| id.saturating_add(1))..)
+            .map(|(_, m)| m)
+            .filter(|m| m.from == from.as_str())
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn complete_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+        ttl_ms: Millis,
+    ) -> Result<Completion, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(Completion::NotFound);
+        };
+        let Some(migration) = state.migrations.remove(&id) else {
+            return Ok(Completion::NotFound);
+        };
+        if let Some(refusal) = state.refusal(&migration, now, ttl_ms) {
+            return Ok(Completion::Refused { migration, refusal });
+        }
+        let mut entry = state
+            .directory
+            .get(&migration.grain)
+            .cloned()
+            .expect("checked by refusal");
+        state.remove_entry(&migration.grain);
+        entry.silo = migration.to.clone();
+        entry.epoch = self.next_epoch();
+        entry.created_ms = now;
+        let epoch = entry.epoch;
+        state
+            .by_silo
+            .entry(entry.silo.clone())
+            .or_default()
+            .insert(migration.grain.clone());
+        state.directory.insert(migration.grain.clone(), entry);
+        Ok(Completion::Moved { migration, epoch })
+    }
+
+    async fn fail_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+    ) -> Result<Option<Migration>, StoreError> {
+        Ok(self
+            .clusters()
+            .get_mut(cluster)
+            .and_then(|state| state.migrations.remove(&id)))
+    }
+
+    async fn cancel_stale_migrations(
+        &self,
+        cluster: &ClusterName,
+        ttl_ms: Millis,
+    ) -> Result<Vec<Migration>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(Vec::new());
+        };
+        let liveness = state.liveness(now);
+        let draining = |silo: &str| {
+            state
+                .silos
+                .get(silo)
+                .is_some_and(|s| s.status_at(&liveness) == SiloStatus::ShuttingDown)
+        };
+        let stale: Vec<i64> = state
+            .migrations
+            .values()
+            .filter(|m| {
+                // A target that is only not active yet (joining) may still become so: kept.
+                let refusal = state.refusal(m, now, ttl_ms);
+                draining(&m.to)
+                    || matches!(
+                        refusal,
+                        Some(
+                            Refusal::Expired
+                                | Refusal::SourceDead
+                                | Refusal::GrainGone
+                                | Refusal::GrainMoved { .. }
+                        )
+                    )
+                    || (refusal == Some(Refusal::TargetUnavailable)
+                        && state
+                            .silos
+                            .get(&m.to)
+                            .is_none_or(|s| s.status_at(&liveness) == SiloStatus::Dead))
+            })
+            .map(|m| m.id)
+            .collect();
+        Ok(stale
+            .into_iter()
+            .filter_map(|id| state.migrations.remove(&id))
+            .collect())
+    }
+}

@@ -1,0 +1,317 @@
+//! Open migrations on Postgres. Issuing is fenced by the cluster's lease row (read `FOR SHARE` in
+//! the writing transaction, so a takeover waits for it); completing locks the migration, then
+//! both silos `FOR KEY SHARE` (the one lock a death's `FOR UPDATE` conflicts with, as for
+//! registrations), then the directory entry, and moves the entry in the transaction that removes
+//! the migration.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row, Transaction};
+
+use super::PostgresStore;
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, SiloId};
+use crate::store::{
+    Completion, Lease, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
+    StoreError,
+};
+
+const COLUMNS: &str = "id, grain, from_silo, to_silo, reason, epoch, created_at_ms";
+
+fn migration(row: &PgRow) -> Result<Migration, StoreError> {
+    Ok(Migration {
+        id: row.try_get("id")?,
+        grain: row.try_get("grain")?,
+        from: row.try_get("from_silo")?,
+        to: row.try_get("to_silo")?,
+        reason: MigrationReason::parse(row.try_get("reason")?)?,
+        epoch: row.try_get("epoch")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
+
+impl PostgresStore {
+    async fn try_issue_migrations(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        migrations: &[NewMigration],
+    ) -> Result<Option<Vec<Migration>>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let holds: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM cluster_leases
+             WHERE cluster = $1 AND holder = $2 AND token = $3
+               AND expires_at_ms > COALESCE($4::int8, oracle_now_ms())
+             FOR SHARE",
+        )
+        .bind(cluster.as_str())
+        .bind(&fence.holder)
+        .bind(fence.token)
+        .bind(self.now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if holds.is_none() {
+            return Ok(None);
+        }
+        let mut sorted: Vec<&NewMigration> = migrations.iter().collect();
+        sorted.sort_by(|a, b| a.grain.cmp(&b.grain));
+        let grains: Vec<&str> = sorted.iter().map(|m| m.grain.as_str()).collect();
+        let froms: Vec<&str> = sorted.iter().map(|m| m.from.as_str()).collect();
+        let tos: Vec<&str> = sorted.iter().map(|m| m.to.as_str()).collect();
+        let reasons: Vec<&str> = sorted.iter().map(|m| m.reason.as_str()).collect();
+        let epochs: Vec<i64> = sorted.iter().map(|m| m.epoch).collect();
+        let rows = sqlx::query(&format!(
+            "INSERT INTO migrations
+                (cluster, grain, from_silo, to_silo, reason, epoch, lease_token, created_at_ms)
+             SELECT $1, n.grain, n.from_silo, n.to_silo, n.reason, n.epoch, $7,
+                    COALESCE($8::int8, oracle_now_ms())
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[])
+                  AS n(grain, from_silo, to_silo, reason, epoch)
+             WHERE EXISTS (SELECT 1 FROM activations a
+                           WHERE a.cluster = $1 AND a.grain = n.grain
+                             AND a.silo = n.from_silo AND a.epoch = n.epoch)
+             ON CONFLICT (cluster, grain) DO NOTHING
+             RETURNING {COLUMNS}"
+        ))
+        .bind(cluster.as_str())
+        .bind(&grains)
+        .bind(&froms)
+        .bind(&tos)
+        .bind(&reasons)
+        .bind(&epochs)
+        .bind(fence.token)
+        .bind(self.now())
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut written = rows.iter().map(migration).collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await?;
+        written.sort_by_key(|m| m.id);
+        Ok(Some(written))
+    }
+
+    async fn try_pending_migrations(
+        &self,
+        cluster: &ClusterName,
+        from: &SiloId,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Migration>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM migrations
+             WHERE cluster = $1 AND from_silo = $2 AND id > COALESCE($3::int8, 0)
+             ORDER BY id LIMIT $4"
+        ))
+        .bind(cluster.as_str())
+        .bind(from.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(migration).collect()
+    }
+
+    async fn try_complete_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+        ttl_ms: Millis,
+    ) -> Result<Completion, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
+             FROM migrations WHERE cluster = $1 AND id = $2 FOR UPDATE"
+        ))
+        .bind(cluster.as_str())
+        .bind(id)
+        .bind(self.now())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Completion::NotFound);
+        };
+        let m = migration(&row)?;
+        let now: Millis = row.try_get("now")?;
+        if now - m.created_at_ms > ttl_ms {
+            return refuse(tx, cluster, m, Refusal::Expired).await;
+        }
+        let (outage_began_ago, outage_ended_ago) = self.outage();
+        // Both silos, in id order, KEY SHARE: a death (FOR UPDATE) waits for this transaction,
+        // or this one sees it.
+        let silos: Vec<(String, String, bool)> = sqlx::query_as(
+            "SELECT s.silo, s.status,
+                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, $3, $4, $5)
+             FROM silos s JOIN clusters c ON c.name = s.cluster
+             WHERE s.cluster = $1 AND s.silo = ANY ($2::text[])
+             ORDER BY s.silo
+             FOR KEY SHARE OF s",
+        )
+        .bind(cluster.as_str())
+        .bind(vec![m.from.as_str(), m.to.as_str()])
+        .bind(now)
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
+        .fetch_all(&mut *tx)
+        .await?;
+        let find = |id: &str| silos.iter().find(|(silo, _, _)| silo == id);
+        if !find(&m.from).is_some_and(|(_, status, live)| status != "dead" && *live) {
+            return refuse(tx, cluster, m, Refusal::SourceDead).await;
+        }
+        if !find(&m.to).is_some_and(|(_, status, live)| status == "active" && *live) {
+            return refuse(tx, cluster, m, Refusal::TargetUnavailable).await;
+        }
+        let entry: Option<(String, i64)> = sqlx::query_as(
+            "SELECT silo, epoch FROM activations WHERE cluster = $1 AND grain = $2 FOR UPDATE",
+        )
+        .bind(cluster.as_str())
+        .bind(&m.grain)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match entry {
+            None => return refuse(tx, cluster, m, Refusal::GrainGone).await,
+            Some((silo, epoch)) if silo != m.from || epoch != m.epoch => {
+                return refuse(tx, cluster, m, Refusal::GrainMoved { silo, epoch }).await;
+            }
+            Some(_) => {}
+        }
+        let epoch: i64 = sqlx::query_scalar(
+            "UPDATE activations SET silo = $3, epoch = nextval('activation_epochs'), created_ms = $4
+             WHERE cluster = $1 AND grain = $2 RETURNING epoch",
+        )
+        .bind(cluster.as_str())
+        .bind(&m.grain)
+        .bind(&m.to)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        remove(&mut tx, cluster, m.id).await?;
+        tx.commit().await?;
+        Ok(Completion::Moved {
+            migration: m,
+            epoch,
+        })
+    }
+
+    async fn try_fail_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+    ) -> Result<Option<Migration>, StoreError> {
+        let row = sqlx::query(&format!(
+            "DELETE FROM migrations WHERE cluster = $1 AND id = $2 RETURNING {COLUMNS}"
+        ))
+        .bind(cluster.as_str())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(migration).transpose()
+    }
+
+    async fn try_cancel_stale_migrations(
+        &self,
+        cluster: &ClusterName,
+        ttl_ms: Millis,
+    ) -> Result<Vec<Migration>, StoreError> {
+        let (outage_began_ago, outage_ended_ago) = self.outage();
+        let rows = sqlx::query(&format!(
+            "WITH now AS (SELECT COALESCE($3::int8, oracle_now_ms()) AS ms)
+             DELETE FROM migrations m
+             WHERE m.cluster = $1 AND (
+                m.created_at_ms < (SELECT ms FROM now) - $2
+                OR NOT EXISTS (SELECT 1 FROM activations a
+                               WHERE a.cluster = m.cluster AND a.grain = m.grain
+                                 AND a.silo = m.from_silo AND a.epoch = m.epoch)
+                OR NOT EXISTS (SELECT 1 FROM silos s WHERE s.cluster = m.cluster AND s.silo = m.to_silo)
+                OR EXISTS (SELECT 1 FROM silos s JOIN clusters c ON c.name = s.cluster
+                           WHERE s.cluster = m.cluster AND s.silo IN (m.from_silo, m.to_silo)
+                             AND (s.status = 'dead'
+                                  OR (s.silo = m.to_silo AND s.status = 'shutting_down')
+                                  OR NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                                      (SELECT ms FROM now), $4, $5))))
+             RETURNING {COLUMNS}"
+        ))
+        .bind(cluster.as_str())
+        .bind(ttl_ms)
+        .bind(self.now())
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(migration).collect()
+    }
+}
+
+/// Cancels the migration and says why it was not applied.
+async fn refuse(
+    mut tx: Transaction<'_, Postgres>,
+    cluster: &ClusterName,
+    migration: Migration,
+    refusal: Refusal,
+) -> Result<Completion, StoreError> {
+    remove(&mut tx, cluster, migration.id).await?;
+    tx.commit().await?;
+    Ok(Completion::Refused { migration, refusal })
+}
+
+async fn remove(
+    tx: &mut Transaction<'_, Postgres>,
+    cluster: &ClusterName,
+    id: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM migrations WHERE cluster = $1 AND id = $2")
+        .bind(cluster.as_str())
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl MigrationStore for PostgresStore {
+    async fn issue_migrations(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        migrations: &[NewMigration],
+    ) -> Result<Option<Vec<Migration>>, StoreError> {
+        self.guard(self.try_issue_migrations(cluster, fence, migrations))
+            .await
+    }
+
+    async fn pending_migrations(
+        &self,
+        cluster: &ClusterName,
+        from: &SiloId,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Migration>, StoreError> {
+        self.guard(self.try_pending_migrations(cluster, from, after, limit))
+            .await
+    }
+
+    async fn complete_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+        ttl_ms: Millis,
+    ) -> Result<Completion, StoreError> {
+        self.guard(self.try_complete_migration(cluster, id, ttl_ms))
+            .await
+    }
+
+    async fn fail_migration(
+        &self,
+        cluster: &ClusterName,
+        id: i64,
+    ) -> Result<Option<Migration>, StoreError> {
+        self.guard(self.try_fail_migration(cluster, id)).await
+    }
+
+    async fn cancel_stale_migrations(
+        &self,
+        cluster: &ClusterName,
+        ttl_ms: Millis,
+    ) -> Result<Vec<Migration>, StoreError> {
+        self.guard(self.try_cancel_stale_migrations(cluster, ttl_ms))
+            .await
+    }
+}
