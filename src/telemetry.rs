@@ -67,6 +67,7 @@ pub mod metric {
     pub const WEBHOOK_CALLS: &str = "oracle_webhook_calls_total";
     pub const CONNECTIONS: &str = "oracle_connections_total";
     pub const WEBHOOK_DURATION: &str = "oracle_webhook_duration_seconds";
+    pub const MIGRATIONS: &str = "oracle_migrations_total";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -108,6 +109,10 @@ pub mod metric {
         describe_counter!(
             WEBHOOK_CALLS,
             "Placement webhook calls by outcome (chosen; or timeout, error, invalid, unconfigured: the fallback decided)"
+        );
+        describe_counter!(
+            MIGRATIONS,
+            "Migrations by reason (rebalancer, drain, repartitioner) and what became of them (issued, completed, failed, cancelled)"
         );
         describe_histogram!(
             WEBHOOK_DURATION,
@@ -151,6 +156,10 @@ pub mod metric {
     /// let any caller mint unbounded series (silo ids change with every restart).
     pub fn connection(rule: &'static str) {
         counter!(CONNECTIONS, "rule" => rule).increment(1);
+    }
+
+    pub fn migrations(reason: &'static str, event: &'static str, n: u64) {
+        counter!(MIGRATIONS, "reason" => reason, "event" => event).increment(n);
     }
 
     pub fn store_error(operation: &'static str) {

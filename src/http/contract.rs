@@ -163,6 +163,7 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
         || json!({"minItems": 1, "maxItems": super::placements::MAX_BATCH}),
     ),
     ("Policy", "silo_ttl_ms", || range(100, 86_400_000)),
+    ("Policy", "migration_ttl_ms", || range(1_000, 86_400_000)),
     (
         "Policy",
         "grain_types",
@@ -339,6 +340,8 @@ fn parameter_rule(name: &str, path: &str) -> Option<Value> {
         "silo" => silo_id(),
         "grain" => grain_id(),
         "cursor" if path.ends_with("/silos") => silo_id(),
+        "cursor" if path.ends_with("/migrations") => range(0, MAX_SAFE_INTEGER),
+        "id" => range(1, MAX_SAFE_INTEGER),
         "cursor" => label(crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS),
         "limit" => range(1, 1_000),
         "epoch" => range(1, MAX_SAFE_INTEGER),

@@ -306,7 +306,14 @@ impl From<OracleError> for ApiError {
             OracleError::ClusterNotFound(_)
             | OracleError::PoolNotFound { .. }
             | OracleError::SiloNotFound { .. }
-            | OracleError::ActivationNotFound(_) => Self::not_found(detail),
+            | OracleError::ActivationNotFound(_)
+            | OracleError::MigrationNotFound(_) => Self::not_found(detail),
+            OracleError::MigrationRefused { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "migration-refused",
+                "The migration no longer applies and is cancelled",
+                detail,
+            ),
             OracleError::ActivationElsewhere { .. } => Self::new(
                 StatusCode::CONFLICT,
                 "activation-elsewhere",
@@ -374,6 +381,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 pool: "frontend".into(),
             }
             .into(),
+            "complete_migration" | "fail_migration" => OracleError::MigrationNotFound(17).into(),
             "get_silo" | "delete_silo" | "list_activations" => OracleError::SiloNotFound {
                 cluster: "demo".into(),
                 silo,
@@ -396,6 +404,11 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 epoch: 8,
             }
             .into(),
+            "complete_migration" => OracleError::MigrationRefused {
+                id: 17,
+                why: "grain `user/alice` is now activation 9 on `10.0.0.7:11111@1`, not activation 8 on `10.0.0.5:11111@1`".into(),
+            }
+            .into(),
             "post_placement" | "post_placement_batch" => PlacementError::NoCompatibleSilo {
                 grain_type: "user".into(),
                 active: vec![silo],
@@ -412,7 +425,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 "post_placement" | "post_placement_batch" => "grain",
                 "put_policy" => "options.activation_count.choose_out_of",
                 "put_pool" => "ttl_seconds",
-                "list_silos" | "list_activations" => "limit",
+                "list_silos" | "list_activations" | "list_migrations" => "limit",
                 "delete_activation" => "epoch",
                 _ => "cluster",
             },
@@ -423,7 +436,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 }
                 "put_policy" => "0 is less than the minimum of 1",
                 "put_pool" => "86400 is greater than the maximum of 3600",
-                "list_silos" | "list_activations" => "must be from 1 to 1000",
+                "list_silos" | "list_activations" | "list_migrations" => "must be from 1 to 1000",
                 "delete_activation" => "missing field `epoch`",
                 _ => "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",
             },

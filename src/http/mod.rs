@@ -10,6 +10,7 @@ mod middleware;
 
 mod activations;
 mod heartbeats;
+mod migrations;
 mod ops;
 mod placements;
 mod policy;
@@ -60,6 +61,7 @@ pub struct Limits {
     tags(
         (name = "membership", description = "Silo heartbeats and cluster membership"),
         (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
+        (name = "migrations", description = "Which grains should move: a silo's migrations, completed or failed"),
         (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
         (name = "connections", description = "Which node a client should connect to: SmartConnect-style pools and rules"),
         (name = "operations", description = "Health, readiness and metrics")
@@ -99,6 +101,9 @@ fn api_router() -> OpenApiRouter<AppState> {
             activations::get_activation,
             activations::delete_activation
         ))
+        .routes(routes!(migrations::list_migrations))
+        .routes(routes!(migrations::complete_migration))
+        .routes(routes!(migrations::fail_migration))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -6,6 +6,7 @@ mod batcher;
 mod connections;
 mod directory;
 mod membership;
+mod migrations;
 mod sweeper;
 mod webhook;
 
@@ -20,6 +21,7 @@ use rand_chacha::ChaCha8Rng;
 pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
 pub use membership::{SiloListing, SiloSnapshot};
+pub use migrations::{MigrationListing, Moved};
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::{LocalDeltas, PlacementError};
@@ -68,6 +70,10 @@ pub enum OracleError {
     NoAvailableNode { pool: String },
     #[error("pool `{pool}` has no available member with an address of the family asked for")]
     NoNodeOfFamily { pool: String },
+    #[error("migration {0} is not open: completed, failed or cancelled already, or never issued")]
+    MigrationNotFound(i64),
+    #[error("migration {id} was not applied and is cancelled: {why}")]
+    MigrationRefused { id: i64, why: String },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },
     #[error(transparent)]

@@ -45,7 +45,13 @@ pub struct Policy {
     pub silo_ttl_ms: Option<u64>,
     /// Per grain type overrides, keyed by grain type.
     pub grain_types: BTreeMap<String, GrainTypePolicy>,
+    /// How long an issued migration may wait to be completed before it is cancelled, 1 s to one
+    /// day; absent means 60000.
+    pub migration_ttl_ms: Option<u64>,
 }
+
+/// The migration TTL of a policy that sets none.
+pub const DEFAULT_MIGRATION_TTL_MS: u64 = 60_000;
 
 /// What a placement of one grain type uses.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +71,14 @@ impl Policy {
                 v.add(
                     "silo_ttl_ms",
                     format!("must be from 100 to 86400000 (one day), got {ttl}"),
+                );
+            }
+        }
+        if let Some(ttl) = self.migration_ttl_ms {
+            if !(1_000..=86_400_000).contains(&ttl) {
+                v.add(
+                    "migration_ttl_ms",
+                    format!("must be from 1000 to 86400000 (one day), got {ttl}"),
                 );
             }
         }
@@ -118,6 +132,11 @@ impl Policy {
             }
         }
         warnings
+    }
+
+    /// How long a migration may stay open, in milliseconds.
+    pub fn migration_ttl_ms(&self) -> i64 {
+        self.migration_ttl_ms.unwrap_or(DEFAULT_MIGRATION_TTL_MS) as i64
     }
 
     /// The strategy, options and filters for `grain_type`; a per-call strategy overrides both.

@@ -22,6 +22,7 @@ mod dns;
 mod faults;
 mod helpers;
 mod inputs;
+mod migrations;
 mod openapi;
 mod ops;
 mod packaging;
