@@ -129,6 +129,21 @@ pub struct Config {
     )]
     pub dns_zone: String,
 
+    /// This replica's name in cluster leases (who runs a cluster's background work); unset means
+    /// the host name and process id.
+    #[arg(long, env = "ORACLE_REPLICA_ID", global = true)]
+    pub replica_id: Option<String>,
+
+    /// How long a cluster lease lasts unless renewed (ms): the longest a dead replica's clusters
+    /// wait for another replica to carry on their background work.
+    #[arg(
+        long,
+        env = "ORACLE_LEASE_TTL_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub lease_ttl_ms: u64,
+
     /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
     /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
@@ -173,6 +188,16 @@ impl Config {
             (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
             "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
         );
+        check(
+            (1_000..=600_000).contains(&self.lease_ttl_ms),
+            "ORACLE_LEASE_TTL_MS must be from 1000 to 600000 (ten minutes)",
+        );
+        if let Some(id) = &self.replica_id {
+            check(
+                crate::validation::token("ORACLE_REPLICA_ID", id, 128).is_ok(),
+                "ORACLE_REPLICA_ID must be 1 to 128 characters without white space or control characters",
+            );
+        }
         let zone = self.dns_zone.trim_end_matches('.');
         check(
             !zone.is_empty()
@@ -195,6 +220,18 @@ impl Config {
         } else {
             Err(problems)
         }
+    }
+
+    /// This replica's name in cluster leases.
+    pub fn replica(&self) -> String {
+        self.replica_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "oracle".to_owned());
+            format!("{host}-{}", std::process::id())
+        })
     }
 
     pub fn request_timeout(&self) -> Duration {

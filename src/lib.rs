@@ -102,7 +102,12 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let oracle = Arc::new(Oracle::new(store, config.rng_seed));
+    let replica = oracle::Replica {
+        id: config.replica(),
+        lease_ttl_ms: clock::Millis::try_from(config.lease_ttl_ms).unwrap_or(10_000),
+    };
+    tracing::info!(replica = %replica.id, "this replica's name in cluster leases");
+    let oracle = Arc::new(Oracle::new(store, config.rng_seed).with_replica(replica));
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),
@@ -125,8 +130,10 @@ pub async fn serve(
         );
         background.spawn("dns", dns);
     }
-    let sweeper = background::run_sweeper(oracle, background.stopping());
+    let sweeper = background::run_sweeper(oracle.clone(), background.stopping());
     background.spawn("sweeper", sweeper);
+    let rebalancer = background::run_rebalancer(oracle, background.stopping());
+    background.spawn("rebalancer", rebalancer);
 
     let address = listener.local_addr()?;
     tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");

@@ -68,6 +68,9 @@ pub mod metric {
     pub const CONNECTIONS: &str = "oracle_connections_total";
     pub const WEBHOOK_DURATION: &str = "oracle_webhook_duration_seconds";
     pub const MIGRATIONS: &str = "oracle_migrations_total";
+    pub const REBALANCER_CYCLES: &str = "oracle_rebalancer_cycles_total";
+    pub const REBALANCER_DEVIATION: &str = "oracle_rebalancer_entropy_deviation";
+    pub const REBALANCER_ENTROPY: &str = "oracle_rebalancer_entropy";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -113,6 +116,18 @@ pub mod metric {
         describe_counter!(
             MIGRATIONS,
             "Migrations by reason (rebalancer, drain, repartitioner) and what became of them (issued, completed, failed, cancelled)"
+        );
+        describe_counter!(
+            REBALANCER_CYCLES,
+            "Rebalancer cycles this replica ran, by outcome (migrated, completed, stagnant, stopped, skipped)"
+        );
+        describe_gauge!(
+            REBALANCER_DEVIATION,
+            "The last measured entropy deviation per cluster (0 even, up to 1)"
+        );
+        describe_gauge!(
+            REBALANCER_ENTROPY,
+            "The last measured entropy of activations × memory per cluster"
         );
         describe_histogram!(
             WEBHOOK_DURATION,
@@ -160,6 +175,23 @@ pub mod metric {
 
     pub fn migrations(reason: &'static str, event: &'static str, n: u64) {
         counter!(MIGRATIONS, "reason" => reason, "event" => event).increment(n);
+    }
+
+    /// By outcome; the gauges by cluster (clusters are bounded by ORACLE_MAX_CLUSTERS, and only
+    /// those with a rebalancer running get one).
+    pub fn rebalancer_cycle(
+        cluster: &crate::cluster::ClusterName,
+        report: &crate::rebalancer::CycleReport,
+    ) {
+        let outcome = serde_json::to_value(report.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        counter!(REBALANCER_CYCLES, "outcome" => outcome).increment(1);
+        if report.outcome != crate::rebalancer::CycleOutcome::Skipped {
+            gauge!(REBALANCER_DEVIATION, "cluster" => cluster.to_string()).set(report.deviation);
+            gauge!(REBALANCER_ENTROPY, "cluster" => cluster.to_string()).set(report.entropy);
+        }
     }
 
     pub fn store_error(operation: &'static str) {

@@ -1,11 +1,12 @@
 //! Every periodic task of a replica, in one place, started and stopped together: the membership
-//! sweep today, the DNS listener beside it, and the rebalancer and repartitioner to come.
+//! sweep, the rebalancer's driver, the DNS listener beside them, and the repartitioner to come.
 //!
 //! [`Background::stop`] signals every task and waits for each to finish its current step; `serve`
 //! calls it whether serving ended by a shutdown signal or by an error. Dropping a [`Background`]
 //! without stopping it still signals the tasks (they finish on their own), so no path leaves them
 //! running unasked.
 
+mod rebalancer;
 mod sweeper;
 
 use std::future::Future;
@@ -13,6 +14,7 @@ use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use rebalancer::{run_rebalancer, REBALANCER_TICK};
 pub use sweeper::{run_sweeper, SWEEP_INTERVAL};
 
 /// The replica's background tasks.

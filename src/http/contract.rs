@@ -164,6 +164,32 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ),
     ("Policy", "silo_ttl_ms", || range(100, 86_400_000)),
     ("Policy", "migration_ttl_ms", || range(1_000, 86_400_000)),
+    ("RebalancerOptions", "due_time_ms", || range(0, 86_400_000)),
+    ("RebalancerOptions", "session_cycle_period_ms", || {
+        range(2_000, 86_400_000)
+    }),
+    ("RebalancerOptions", "max_stagnant_cycles", || {
+        unsigned_32(1)
+    }),
+    ("RebalancerOptions", "entropy_quantum", || above_zero(0.1)),
+    ("RebalancerOptions", "allowed_entropy_deviation", || {
+        above_zero(0.1)
+    }),
+    (
+        "RebalancerOptions",
+        "scaled_entropy_deviation_activation_threshold",
+        || range(1_000, MAX_SAFE_INTEGER),
+    ),
+    ("RebalancerOptions", "cycle_number_weight", || {
+        above_zero(1.0)
+    }),
+    ("RebalancerOptions", "silo_number_weight", || range(0, 1)),
+    (
+        "RebalancerOptions",
+        "activation_migration_count_limit",
+        || range(1, MAX_SAFE_INTEGER),
+    ),
+    ("SuspendRequest", "duration_ms", || range(1, 604_800_000)),
     (
         "Policy",
         "grain_types",
@@ -230,6 +256,11 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
 /// A `u32` from `min`: beyond `int32`, so its format says `int64`.
 fn unsigned_32(min: i64) -> Value {
     json!({"minimum": min, "maximum": u32::MAX, "format": "int64"})
+}
+
+/// More than 0, at most `max` (Orleans' half-open ranges).
+fn above_zero(max: f64) -> Value {
+    json!({"exclusiveMinimum": 0, "maximum": max})
 }
 
 fn safe_count() -> Value {
@@ -1014,6 +1045,7 @@ mod tests {
             super::super::placements::PlacementBatchRequest::name(),
             crate::policy::Policy::name(),
             crate::connect::Pool::name(),
+            super::super::rebalancer::SuspendRequest::name(),
         ];
         for name in names {
             assert!(body_validators().contains_key(name.as_ref()), "{name}");
@@ -1025,7 +1057,7 @@ mod tests {
             .flat_map(|item| item.as_object().unwrap().values())
             .filter(|operation| operation.get("requestBody").is_some())
             .count();
-        assert_eq!(bodies, 5, "a new request body: add its type above");
+        assert_eq!(bodies, 6, "a new request body: add its type above");
     }
 
     #[test]
@@ -1062,7 +1094,10 @@ mod tests {
                 for t in types {
                     let ok = match t {
                         "string" => bounded("enum") || (bounded("maxLength") && bounded("pattern")),
-                        "integer" | "number" => bounded("minimum") && bounded("maximum"),
+                        "integer" | "number" => {
+                            (bounded("minimum") || bounded("exclusiveMinimum"))
+                                && bounded("maximum")
+                        }
                         "array" => {
                             bounded("maxItems") && property["items"].get("$ref").is_some()
                                 || bounded("maxItems") && property["items"].get("pattern").is_some()

@@ -308,6 +308,12 @@ impl From<OracleError> for ApiError {
             | OracleError::SiloNotFound { .. }
             | OracleError::ActivationNotFound(_)
             | OracleError::MigrationNotFound(_) => Self::not_found(detail),
+            OracleError::LeaseHeldElsewhere { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "lease-held-elsewhere",
+                "Another replica runs this cluster's background work",
+                detail,
+            ),
             OracleError::MigrationRefused { .. } => Self::new(
                 StatusCode::CONFLICT,
                 "migration-refused",
@@ -404,6 +410,13 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 epoch: 8,
             }
             .into(),
+            "post_cycle" | "post_session" | "post_suspend" | "post_resume" => {
+                OracleError::LeaseHeldElsewhere {
+                    holder: "oracle-7c9f-4211".into(),
+                    expires_at_ms: 1_764_547_210_000,
+                }
+                .into()
+            }
             "complete_migration" => OracleError::MigrationRefused {
                 id: 17,
                 why: "grain `user/alice` is now activation 9 on `10.0.0.7:11111@1`, not activation 8 on `10.0.0.5:11111@1`".into(),
@@ -427,6 +440,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 "put_pool" => "ttl_seconds",
                 "list_silos" | "list_activations" | "list_migrations" => "limit",
                 "delete_activation" => "epoch",
+                "post_suspend" => "duration_ms",
                 _ => "cluster",
             },
             match operation_id {
@@ -438,6 +452,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 "put_pool" => "86400 is greater than the maximum of 3600",
                 "list_silos" | "list_activations" | "list_migrations" => "must be from 1 to 1000",
                 "delete_activation" => "missing field `epoch`",
+                "post_suspend" => "0 is less than the minimum of 1",
                 _ => "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",
             },
         )

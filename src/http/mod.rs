@@ -15,6 +15,7 @@ mod ops;
 mod placements;
 mod policy;
 mod pools;
+mod rebalancer;
 mod silos;
 
 use std::sync::Arc;
@@ -62,6 +63,7 @@ pub struct Limits {
         (name = "membership", description = "Silo heartbeats and cluster membership"),
         (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
         (name = "migrations", description = "Which grains should move: a silo's migrations, completed or failed"),
+        (name = "rebalancer", description = "Evening out activations across silos: sessions, cycles, suspension"),
         (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
         (name = "connections", description = "Which node a client should connect to: SmartConnect-style pools and rules"),
         (name = "operations", description = "Health, readiness and metrics")
@@ -104,6 +106,11 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(migrations::list_migrations))
         .routes(routes!(migrations::complete_migration))
         .routes(routes!(migrations::fail_migration))
+        .routes(routes!(rebalancer::get_rebalancer))
+        .routes(routes!(rebalancer::post_cycle))
+        .routes(routes!(rebalancer::post_session))
+        .routes(routes!(rebalancer::post_suspend))
+        .routes(routes!(rebalancer::post_resume))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

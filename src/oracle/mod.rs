@@ -7,6 +7,7 @@ mod connections;
 mod directory;
 mod membership;
 mod migrations;
+mod rebalancing;
 mod sweeper;
 mod webhook;
 
@@ -22,6 +23,7 @@ pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
 pub use membership::{SiloListing, SiloSnapshot};
 pub use migrations::{MigrationListing, Moved};
+pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::{LocalDeltas, PlacementError};
@@ -74,6 +76,8 @@ pub enum OracleError {
     MigrationNotFound(i64),
     #[error("migration {id} was not applied and is cancelled: {why}")]
     MigrationRefused { id: i64, why: String },
+    #[error("replica `{holder}` runs this cluster's background work (its lease expires at {expires_at_ms} ms); send the request again, to it or after the lease moves")]
+    LeaseHeldElsewhere { holder: String, expires_at_ms: i64 },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },
     #[error(transparent)]
@@ -105,6 +109,24 @@ pub struct Oracle {
     /// For the `webhook` strategy; pools connections to the operators' endpoints.
     http: reqwest::Client,
     pool_states: connections::PoolStates,
+    /// This replica's name and lease length in cluster leases.
+    replica: Replica,
+}
+
+/// Who this replica is to cluster leases.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    pub id: String,
+    pub lease_ttl_ms: crate::clock::Millis,
+}
+
+impl Default for Replica {
+    fn default() -> Self {
+        Self {
+            id: format!("oracle-{}", std::process::id()),
+            lease_ttl_ms: 10_000,
+        }
+    }
 }
 
 impl Oracle {
@@ -154,7 +176,19 @@ impl Oracle {
             deltas: Mutex::default(),
             http: reqwest::Client::new(),
             pool_states: Mutex::default(),
+            replica: Replica::default(),
         }
+    }
+
+    /// Who this replica is to cluster leases.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// The same oracle, known to cluster leases as `replica`.
+    pub fn with_replica(mut self, replica: Replica) -> Self {
+        self.replica = replica;
+        self
     }
 
     pub fn store(&self) -> &dyn Store {

@@ -16,6 +16,7 @@ pub use grain_type::{GrainTypePolicy, Immovable};
 use crate::cluster::names::check_grain_type;
 use crate::placement::filters::{self, Filter};
 use crate::placement::{Strategy, StrategyOptions};
+use crate::rebalancer::RebalancerOptions;
 use crate::validation::{FieldError, Invalid, Violations};
 
 /// Most grain types one policy may configure.
@@ -48,6 +49,8 @@ pub struct Policy {
     /// How long an issued migration may wait to be completed before it is cancelled, 1 s to one
     /// day; absent means 60000.
     pub migration_ttl_ms: Option<u64>,
+    /// The rebalancer: sessions that even out activations across silos.
+    pub rebalancer: RebalancerOptions,
 }
 
 /// The migration TTL of a policy that sets none.
@@ -82,6 +85,7 @@ impl Policy {
                 );
             }
         }
+        v.check(self.rebalancer.validate("rebalancer."));
         if self.grain_types.len() > MAX_GRAIN_TYPES {
             v.add(
                 "grain_types",

@@ -9,7 +9,7 @@ pub mod session;
 
 pub use options::RebalancerOptions;
 pub use plan::{Measure, Move, SiloLoad};
-pub use session::{CycleReport, Outcome, Rebalancer, SiloTally};
+pub use session::{CycleOutcome, CycleReport, Rebalancer, SiloTally};
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ pub const KEPT_REPORTS: usize = 10;
 /// What one cycle did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum CycleOutcome {
     /// Moves were planned (possibly none: every pair's share rounded down to 0).
     Migrated,
     /// The deviation is within the allowed one: the session ended.
@@ -38,7 +38,7 @@ pub enum Outcome {
 pub struct CycleReport {
     pub session: u64,
     pub cycle: u32,
-    pub outcome: Outcome,
+    pub outcome: CycleOutcome,
     pub entropy: f64,
     pub max_entropy: f64,
     pub deviation: f64,
@@ -212,7 +212,7 @@ impl Rebalancer {
         let mut report = CycleReport {
             session: id,
             cycle: session.cycle,
-            outcome: Outcome::Skipped,
+            outcome: CycleOutcome::Skipped,
             entropy: 0.0,
             max_entropy: 0.0,
             deviation: self.deviation,
@@ -235,7 +235,7 @@ impl Rebalancer {
         session.cycle += 1;
         report.cycle = session.cycle;
         if session.stagnant_cycles >= options.max_stagnant_cycles {
-            report.outcome = Outcome::Stopped;
+            report.outcome = CycleOutcome::Stopped;
             self.stop_session(now, Stop::Stagnated(period));
             return self.keep(report);
         }
@@ -246,7 +246,7 @@ impl Rebalancer {
         report.deviation = m.deviation;
         report.allowed_deviation = options.allowed_deviation(m.activations);
         if m.deviation < report.allowed_deviation {
-            report.outcome = Outcome::Completed;
+            report.outcome = CycleOutcome::Completed;
             self.stop_session(now, Stop::Completed(period));
             return self.keep(report);
         }
@@ -255,7 +255,7 @@ impl Rebalancer {
         if change < options.entropy_quantum {
             session.stagnant_cycles += 1;
             session.previous_entropy = m.entropy;
-            report.outcome = Outcome::Stagnant;
+            report.outcome = CycleOutcome::Stagnant;
             return self.keep(report);
         }
         session.stagnant_cycles = 0;
@@ -268,7 +268,7 @@ impl Rebalancer {
         session.previous_entropy = m.entropy;
         if moves.is_empty() && !options.orleans_compat {
             // At the whole-number ideal already: nothing a move could improve.
-            report.outcome = Outcome::Completed;
+            report.outcome = CycleOutcome::Completed;
             self.stop_session(now, Stop::Completed(period));
             return self.keep(report);
         }
@@ -280,7 +280,7 @@ impl Rebalancer {
             to.acquired += m.count;
             to.at_ms = now;
         }
-        report.outcome = Outcome::Migrated;
+        report.outcome = CycleOutcome::Migrated;
         report.moves = moves;
         self.keep(report)
     }

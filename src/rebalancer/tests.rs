@@ -104,7 +104,7 @@ fn compat_mode_reproduces_the_orleans_trace() {
         let now = i as Millis * 15_000;
         let report = rebalancer.run_cycle(now, &options, &loads, 4);
         assert_eq!(report.cycle, i as u32 + 1);
-        assert_eq!(report.outcome, Outcome::Migrated);
+        assert_eq!(report.outcome, CycleOutcome::Migrated);
         assert!(
             (report.entropy - entropy).abs() < 1e-6,
             "cycle {}: H {}",
@@ -144,13 +144,13 @@ fn the_oracles_planner_balances_a_skewed_cluster_in_one_cycle_with_the_fewest_mo
     let mut loads = cluster(&[3000, 300, 1800, 1000], None);
     let mut rebalancer = Rebalancer::new(0, &options);
     let first = rebalancer.run_cycle(0, &options, &loads, 4);
-    assert_eq!(first.outcome, Outcome::Migrated);
+    assert_eq!(first.outcome, CycleOutcome::Migrated);
     // Ideal 1525 each: the minimum is (3000 − 1525) + (1800 − 1525) = 1750 moves.
     assert_eq!(first.moves.iter().map(|m| m.count).sum::<u64>(), 1_750);
     apply(&mut loads, &first.moves);
     assert!(loads.iter().all(|l| l.activations == 1_525));
     let second = rebalancer.run_cycle(15_000, &options, &loads, 4);
-    assert_eq!(second.outcome, Outcome::Completed);
+    assert_eq!(second.outcome, CycleOutcome::Completed);
     assert!(second.deviation < second.allowed_deviation);
     assert!(rebalancer.session.is_none());
 }
@@ -168,10 +168,10 @@ fn a_limited_planner_needs_more_cycles_and_each_narrows_the_gap() {
     loop {
         let report = rebalancer.run_cycle(cycles * 15_000, &options, &loads, 4);
         cycles += 1;
-        if report.outcome == Outcome::Completed {
+        if report.outcome == CycleOutcome::Completed {
             break;
         }
-        assert_eq!(report.outcome, Outcome::Migrated);
+        assert_eq!(report.outcome, CycleOutcome::Migrated);
         assert!(
             report.deviation < deviation,
             "every cycle lowers the deviation"
@@ -196,7 +196,7 @@ fn a_completed_session_rests_one_period_and_the_trigger_starts_the_next() {
     let first = rebalancer
         .tick(60_000, &options, || (balanced.clone(), 2))
         .unwrap();
-    assert_eq!((first.session, first.outcome), (1, Outcome::Completed));
+    assert_eq!((first.session, first.outcome), (1, CycleOutcome::Completed));
     assert_eq!(rebalancer.suspension_left(60_000), Some(15_000));
     // The trigger looks every 7.5 s; the rest lasts 15 s.
     assert!(rebalancer
@@ -217,7 +217,7 @@ fn a_session_stops_on_the_fourth_stagnant_check_and_backs_off() {
     let options = compat();
     let loads = cluster(&[300, 30, 180, 100], Some(100.0 * MIB));
     let mut rebalancer = Rebalancer::new(0, &options);
-    let outcomes: Vec<Outcome> = (0..5)
+    let outcomes: Vec<CycleOutcome> = (0..5)
         .map(|i| {
             rebalancer
                 .run_cycle(i * 15_000, &options, &loads, 4)
@@ -227,11 +227,11 @@ fn a_session_stops_on_the_fourth_stagnant_check_and_backs_off() {
     assert_eq!(
         outcomes,
         [
-            Outcome::Migrated,
-            Outcome::Stagnant,
-            Outcome::Stagnant,
-            Outcome::Stagnant,
-            Outcome::Stopped
+            CycleOutcome::Migrated,
+            CycleOutcome::Stagnant,
+            CycleOutcome::Stagnant,
+            CycleOutcome::Stagnant,
+            CycleOutcome::Stopped
         ]
     );
     assert!(rebalancer.session.is_none());
@@ -257,7 +257,7 @@ fn the_latest_suspension_wins_and_resume_starts_a_session() {
     let report = rebalancer
         .tick(1_000_000_000, &options, || (loads.clone(), 2))
         .unwrap();
-    assert_eq!(report.outcome, Outcome::Migrated);
+    assert_eq!(report.outcome, CycleOutcome::Migrated);
 }
 
 #[test]
@@ -267,15 +267,15 @@ fn compat_skips_a_cycle_when_a_silo_reports_no_memory_and_so_does_a_lone_silo() 
     loads[1].memory = None;
     let mut rebalancer = Rebalancer::new(0, &options);
     let report = rebalancer.run_cycle(0, &options, &loads, 3);
-    assert_eq!((report.outcome, report.cycle), (Outcome::Skipped, 0));
+    assert_eq!((report.outcome, report.cycle), (CycleOutcome::Skipped, 0));
     // The oracle's planner balances by counts alone then.
     let report = rebalancer.run_cycle(0, &RebalancerOptions::default(), &loads, 3);
-    assert_eq!(report.outcome, Outcome::Migrated);
+    assert_eq!(report.outcome, CycleOutcome::Migrated);
     let lone = cluster(&[300], Some(MIB));
     let mut rebalancer = Rebalancer::new(0, &options);
     assert_eq!(
         rebalancer.run_cycle(0, &options, &lone, 1).outcome,
-        Outcome::Skipped
+        CycleOutcome::Skipped
     );
 }
 

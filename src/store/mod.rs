@@ -391,6 +391,18 @@ pub trait DirectoryStore: Send + Sync + 'static {
         epoch: i64,
     ) -> Result<bool, StoreError>;
 
+    /// Up to `limit` of a silo's activations that a mover may pick, least recently placed first:
+    /// not of an `immovable` grain type, not brought by a migration since `moved_since` (a grain
+    /// that just arrived is not sent on at once), and without an open migration.
+    async fn movable_activations(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        immovable: &[String],
+        moved_since: Millis,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError>;
+
     /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
     async fn activations_on(
         &self,
@@ -408,6 +420,9 @@ pub trait DirectoryStore: Send + Sync + 'static {
 /// The cluster policy, versioned (it is read with the membership).
 #[async_trait]
 pub trait PolicyStore: Send + Sync + 'static {
+    /// The clusters whose policy enables the rebalancer.
+    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError>;
+
     /// Replaces the cluster's policy if its version is `expected` (`None`: whatever it is),
     /// creating the cluster if needed (a cluster never written has version 0). `Ok(new version)`,
     /// or `Err(current version)` when another writer got there first.
@@ -464,6 +479,23 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Gives the lease up (it expires now) if `lease` is still the current one; `true` when it was.
     async fn release_lease(&self, cluster: &ClusterName, lease: &Lease)
         -> Result<bool, StoreError>;
+
+    /// The stored state of the cluster's background work `kind` (e.g. `rebalancer`), if any.
+    async fn work_state(
+        &self,
+        cluster: &ClusterName,
+        kind: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Stores that state if `fence` is still the cluster's current, unexpired lease; `false` (and
+    /// nothing written) when it is not.
+    async fn save_work_state(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        kind: &str,
+        state: &serde_json::Value,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Why a grain should move.
@@ -579,8 +611,9 @@ pub trait MigrationStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Migration>, StoreError>;
 
-    /// Moves the grain's entry to the migration's target, as a new activation (a new epoch), in
-    /// the transaction that removes the migration, if the grain is still that activation on the
+    /// Moves the grain's entry to the migration's target, as a new activation (a new epoch, and
+    /// the migration's reason as the strategy that placed it), in the transaction that removes
+    /// the migration, if the grain is still that activation on the
     /// source, the source is not dead, the target is active and alive, and the migration is not
     /// older than `ttl_ms`; otherwise the migration is cancelled and the answer says why.
     async fn complete_migration(

@@ -447,6 +447,11 @@ impl TestApp {
             .await
     }
 
+    /// This app's name in cluster leases.
+    pub fn oracle_replica(&self) -> String {
+        self.oracle.replica().id.clone()
+    }
+
     /// Places one grain; asserts success and returns the answer.
     pub async fn place(&self, grain: &str) -> Value {
         let reply = self.post("/placements", json!({ "grain": grain })).await;

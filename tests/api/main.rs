@@ -27,6 +27,7 @@ mod openapi;
 mod ops;
 mod packaging;
 mod proxy;
+mod rebalancing;
 mod replicas;
 mod single_activation;
 mod store_parts;

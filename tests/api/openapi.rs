@@ -74,7 +74,7 @@ async fn the_specs_examples_work_when_tried_in_order() {
 
     let app = TestApp::new(Backend::Memory).await;
     let spec = placement_oracle::http::openapi();
-    let steps: [(Method, &str); 16] = [
+    let steps: [(Method, &str); 21] = [
         (Method::POST, "/v1/clusters/{cluster}/heartbeats"),
         (Method::GET, "/v1/clusters/{cluster}/silos"),
         (Method::GET, "/v1/clusters/{cluster}/silos/{silo}"),
@@ -87,6 +87,11 @@ async fn the_specs_examples_work_when_tried_in_order() {
         (Method::PUT, "/v1/clusters/{cluster}/pools/{pool}"),
         (Method::GET, "/v1/clusters/{cluster}/pools/{pool}"),
         (Method::GET, "/v1/clusters/{cluster}/migrations"),
+        (Method::GET, "/v1/clusters/{cluster}/rebalancer"),
+        (Method::POST, "/v1/clusters/{cluster}/rebalancer/cycles"),
+        (Method::POST, "/v1/clusters/{cluster}/rebalancer/suspend"),
+        (Method::POST, "/v1/clusters/{cluster}/rebalancer/resume"),
+        (Method::POST, "/v1/clusters/{cluster}/rebalancer/sessions"),
         (
             Method::POST,
             "/v1/clusters/{cluster}/pools/{pool}/connections",

@@ -7,6 +7,15 @@ use crate::clock::Millis;
 use crate::cluster::ClusterName;
 use crate::store::{Lease, LeaseClaim, LeaseStore, StoreError};
 
+impl super::ClusterState {
+    /// Whether `fence` is the cluster's current, unexpired lease.
+    pub(super) fn holds(&self, fence: &Lease, now: Millis) -> bool {
+        self.lease.as_ref().is_some_and(|lease| {
+            lease.holder == fence.holder && lease.token == fence.token && lease.expires_at_ms > now
+        })
+    }
+}
+
 #[async_trait]
 impl LeaseStore for MemoryStore {
     async fn claim_lease(
@@ -50,6 +59,36 @@ impl LeaseStore for MemoryStore {
             .clusters()
             .get(cluster)
             .and_then(|state| state.lease.clone()))
+    }
+
+    async fn work_state(
+        &self,
+        cluster: &ClusterName,
+        kind: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(self
+            .clusters()
+            .get(cluster)
+            .and_then(|state| state.work_state.get(kind).cloned()))
+    }
+
+    async fn save_work_state(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        kind: &str,
+        value: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(false);
+        };
+        if !state.holds(fence, now) {
+            return Ok(false);
+        }
+        state.work_state.insert(kind.to_owned(), value.clone());
+        Ok(true)
     }
 
     async fn release_lease(

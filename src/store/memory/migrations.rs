@@ -49,10 +49,7 @@ impl MigrationStore for MemoryStore {
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(None);
         };
-        let holds = state.lease.as_ref().is_some_and(|lease| {
-            lease.holder == fence.holder && lease.token == fence.token && lease.expires_at_ms > now
-        });
-        if !holds {
+        if !state.holds(fence, now) {
             return Ok(None);
         }
         let mut written = Vec::new();
@@ -128,6 +125,7 @@ impl MigrationStore for MemoryStore {
         entry.silo = migration.to.clone();
         entry.epoch = self.next_epoch();
         entry.created_ms = now;
+        entry.strategy = migration.reason.as_str().to_owned();
         let epoch = entry.epoch;
         state
             .by_silo

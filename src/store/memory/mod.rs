@@ -6,7 +6,7 @@
 mod leases;
 mod migrations;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -52,6 +52,8 @@ struct ClusterState {
     /// Open migrations by id ([`migrations`]).
     migrations: BTreeMap<i64, Migration>,
     last_migration_id: i64,
+    /// The background work's state by kind, written under the lease.
+    work_state: HashMap<String, serde_json::Value>,
 }
 
 impl ClusterState {
@@ -185,6 +187,7 @@ impl MemoryStore {
                 lease: None,
                 migrations: BTreeMap::new(),
                 last_migration_id: 0,
+                work_state: HashMap::new(),
             })),
         }
     }
@@ -452,6 +455,44 @@ impl DirectoryStore for MemoryStore {
         Ok(on_silo)
     }
 
+    async fn movable_activations(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        immovable: &[String],
+        moved_since: Millis,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError> {
+        let clusters = self.clusters();
+        let Some(state) = clusters.get(cluster) else {
+            return Ok(Vec::new());
+        };
+        let Some(grains) = state.by_silo.get(silo.as_str()) else {
+            return Ok(Vec::new());
+        };
+        let migrating: HashSet<&str> = state
+            .migrations
+            .values()
+            .map(|m| m.grain.as_str())
+            .collect();
+        let mut movable: Vec<Activation> = grains
+            .iter()
+            .filter(|grain| {
+                let grain_type = grain.split('/').next().unwrap_or_default();
+                !immovable.iter().any(|t| t == grain_type) && !migrating.contains(grain.as_str())
+            })
+            .map(|grain| state.activation(grain, &state.directory[grain]))
+            .filter(|a| {
+                let migrated =
+                    ["rebalancer", "drain", "repartitioner"].contains(&a.strategy.as_str());
+                !(migrated && a.created_ms >= moved_since)
+            })
+            .collect();
+        movable.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.grain.cmp(&b.grain)));
+        movable.truncate(limit as usize);
+        Ok(movable)
+    }
+
     async fn activations_on(
         &self,
         cluster: &ClusterName,
@@ -485,6 +526,17 @@ impl DirectoryStore for MemoryStore {
 
 #[async_trait]
 impl PolicyStore for MemoryStore {
+    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError> {
+        let mut names: Vec<ClusterName> = self
+            .clusters()
+            .iter()
+            .filter(|(_, state)| state.policy.rebalancer.enabled)
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     async fn put_policy(
         &self,
         cluster: &ClusterName,

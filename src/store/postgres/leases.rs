@@ -83,8 +83,74 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    async fn try_work_state(
+        &self,
+        cluster: &ClusterName,
+        kind: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT state FROM cluster_work_state WHERE cluster = $1 AND kind = $2",
+        )
+        .bind(cluster.as_str())
+        .bind(kind)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn try_save_work_state(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        kind: &str,
+        state: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        // Written only while the fence is the current lease: the lease row is read FOR SHARE in
+        // the same statement, so a takeover waits for this write or this write sees it.
+        let written = sqlx::query(
+            "WITH fence AS (
+                SELECT 1 FROM cluster_leases
+                WHERE cluster = $1 AND holder = $2 AND token = $3
+                  AND expires_at_ms > COALESCE($6::int8, oracle_now_ms())
+                FOR SHARE
+             )
+             INSERT INTO cluster_work_state (cluster, kind, state)
+             SELECT $1, $4, $5 FROM fence
+             ON CONFLICT (cluster, kind) DO UPDATE SET state = EXCLUDED.state",
+        )
+        .bind(cluster.as_str())
+        .bind(&fence.holder)
+        .bind(fence.token)
+        .bind(kind)
+        .bind(state)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await?;
+        Ok(written.rows_affected() == 1)
+    }
+}
+
 #[async_trait]
 impl LeaseStore for PostgresStore {
+    async fn work_state(
+        &self,
+        cluster: &ClusterName,
+        kind: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        self.guard(self.try_work_state(cluster, kind)).await
+    }
+
+    async fn save_work_state(
+        &self,
+        cluster: &ClusterName,
+        fence: &Lease,
+        kind: &str,
+        state: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        self.guard(self.try_save_work_state(cluster, fence, kind, state))
+            .await
+    }
+
     async fn claim_lease(
         &self,
         cluster: &ClusterName,

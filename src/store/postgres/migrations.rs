@@ -174,13 +174,15 @@ impl PostgresStore {
             Some(_) => {}
         }
         let epoch: i64 = sqlx::query_scalar(
-            "UPDATE activations SET silo = $3, epoch = nextval('activation_epochs'), created_ms = $4
+            "UPDATE activations
+             SET silo = $3, epoch = nextval('activation_epochs'), created_ms = $4, strategy = $5
              WHERE cluster = $1 AND grain = $2 RETURNING epoch",
         )
         .bind(cluster.as_str())
         .bind(&m.grain)
         .bind(&m.to)
         .bind(now)
+        .bind(m.reason.as_str())
         .fetch_one(&mut *tx)
         .await?;
         remove(&mut tx, cluster, m.id).await?;

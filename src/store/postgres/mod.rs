@@ -829,6 +829,35 @@ impl PostgresStore {
         rows.iter().map(activation_from_row).collect()
     }
 
+    async fn try_movable_activations(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        immovable: &[String],
+        moved_since: Millis,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms
+             FROM activations a JOIN silos s ON s.cluster = a.cluster AND s.silo = a.silo
+             WHERE a.cluster = $1 AND a.silo = $2
+               AND NOT (a.strategy IN ('rebalancer', 'drain', 'repartitioner')
+                        AND a.created_ms >= $4)
+               AND split_part(a.grain, '/', 1) <> ALL ($3::text[])
+               AND NOT EXISTS (SELECT 1 FROM migrations m
+                               WHERE m.cluster = a.cluster AND m.grain = a.grain)
+             ORDER BY a.created_ms, a.grain LIMIT $5",
+        )
+        .bind(cluster.as_str())
+        .bind(silo.as_str())
+        .bind(immovable)
+        .bind(moved_since)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(activation_from_row).collect()
+    }
+
     async fn try_reap(&self) -> Result<Vec<Reaped>, StoreError> {
         let reaped = self.declare_silent_dead(None).await?;
         self.forget_expired().await?;
@@ -1163,6 +1192,18 @@ impl DirectoryStore for PostgresStore {
             .await
     }
 
+    async fn movable_activations(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+        immovable: &[String],
+        moved_since: Millis,
+        limit: u32,
+    ) -> Result<Vec<Activation>, StoreError> {
+        self.guard(self.try_movable_activations(cluster, silo, immovable, moved_since, limit))
+            .await
+    }
+
     async fn activations_on(
         &self,
         cluster: &ClusterName,
@@ -1181,6 +1222,22 @@ impl DirectoryStore for PostgresStore {
 
 #[async_trait]
 impl PolicyStore for PostgresStore {
+    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError> {
+        self.guard(async {
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT name FROM clusters
+                 WHERE policy -> 'rebalancer' ->> 'enabled' = 'true' ORDER BY name",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            names
+                .iter()
+                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
+                .collect()
+        })
+        .await
+    }
+
     async fn put_policy(
         &self,
         cluster: &ClusterName,

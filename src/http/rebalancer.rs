@@ -1,0 +1,280 @@
+//! The rebalancer of a cluster: `GET /v1/clusters/{cluster}/rebalancer` (state, sessions, cycle
+//! reports, the lease), and what an operator may ask of it: `POST …/rebalancer/cycles` (one cycle
+//! now), `…/sessions` (start one now), `…/suspend`, `…/resume`.
+//!
+//! Changes run on the replica holding the cluster's lease: a request reaching another replica
+//! takes the lease when it is free, else gets 409 naming the holder.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ApiPath};
+use super::AppState;
+use crate::clock::Millis;
+use crate::cluster::ClusterName;
+use crate::oracle::{RebalancerCycle, RebalancerStatus};
+use crate::rebalancer::{CycleOutcome, CycleReport, Move, SiloTally};
+use crate::store::{Lease, Migration};
+
+/// Whether sessions may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RebalancerState {
+    Executing,
+    Suspended,
+}
+
+/// A cluster's rebalancer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RebalancerResponse {
+    pub state: RebalancerState,
+    /// How long the suspension still lasts; null when not suspended or suspended until resumed.
+    pub suspension_remaining_ms: Option<Millis>,
+    /// Suspended until `POST …/resume`.
+    pub suspended_indefinitely: bool,
+    /// Whether the policy lets the lease holder run sessions on their timers.
+    pub enabled: bool,
+    /// The running session's number; null when none runs.
+    pub session: Option<u64>,
+    /// The running session's cycle count (0 when none runs).
+    pub cycle: u32,
+    /// The last measured entropy, its maximum and the deviation (0 before the first cycle).
+    pub entropy: f64,
+    pub max_entropy: f64,
+    pub deviation: f64,
+    pub allowed_deviation: f64,
+    /// What each silo gave (`dispersed`) and took (`acquired`) over the rebalancer's life.
+    pub statistics: BTreeMap<String, SiloTally>,
+    /// The last cycles, oldest first.
+    pub reports: Vec<CycleReport>,
+    /// Who runs the cluster's background work; null when no replica ever did.
+    pub lease: Option<Lease>,
+}
+
+impl From<RebalancerStatus> for RebalancerResponse {
+    fn from(status: RebalancerStatus) -> Self {
+        let r = &status.rebalancer;
+        let left = r.suspension_left(status.now);
+        let measured = r
+            .reports
+            .iter()
+            .rev()
+            .find(|report| report.outcome != CycleOutcome::Skipped);
+        Self {
+            state: if left.is_some() {
+                RebalancerState::Suspended
+            } else {
+                RebalancerState::Executing
+            },
+            suspension_remaining_ms: left.filter(|&ms| ms != Millis::MAX),
+            suspended_indefinitely: left == Some(Millis::MAX),
+            enabled: status.options.enabled,
+            session: r.session.as_ref().map(|s| s.id),
+            cycle: r.session.as_ref().map_or(0, |s| s.cycle),
+            entropy: measured.map_or(0.0, |m| m.entropy),
+            max_entropy: measured.map_or(0.0, |m| m.max_entropy),
+            deviation: r.deviation,
+            allowed_deviation: measured.map_or(status.options.allowed_entropy_deviation, |m| {
+                m.allowed_deviation
+            }),
+            statistics: r.tallies.clone(),
+            reports: r.reports.iter().cloned().collect(),
+            lease: status.lease,
+        }
+    }
+}
+
+/// One cycle's report and the migrations it issued.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CycleResponse {
+    pub session: u64,
+    pub cycle: u32,
+    pub outcome: CycleOutcome,
+    pub entropy: f64,
+    pub max_entropy: f64,
+    pub deviation: f64,
+    pub allowed_deviation: f64,
+    /// Activations to move per silo pair.
+    pub moves: Vec<Move>,
+    /// The concrete grains, as migrations their sources will poll.
+    pub migrations: Vec<Migration>,
+}
+
+impl From<RebalancerCycle> for CycleResponse {
+    fn from(cycle: RebalancerCycle) -> Self {
+        let r = cycle.report;
+        Self {
+            session: r.session,
+            cycle: r.cycle,
+            outcome: r.outcome,
+            entropy: r.entropy,
+            max_entropy: r.max_entropy,
+            deviation: r.deviation,
+            allowed_deviation: r.allowed_deviation,
+            moves: r.moves,
+            migrations: cycle.migrations,
+        }
+    }
+}
+
+/// How long to suspend.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"duration_ms": 600000}))]
+pub struct SuspendRequest {
+    /// Absent: until resumed.
+    pub duration_ms: Option<u64>,
+}
+
+/// Read the rebalancer.
+#[utoipa::path(
+    get,
+    path = "/v1/clusters/{cluster}/rebalancer",
+    tag = "rebalancer",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses(
+        (status = 200, description = "The rebalancer", body = RebalancerResponse),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_rebalancer(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+) -> Result<Json<RebalancerResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    Ok(Json(state.oracle.rebalancer_status(&cluster).await?.into()))
+}
+
+/// Run one rebalancing cycle now.
+///
+/// Measures the cluster (counts and memory from the silos' latest heartbeats), starting a session
+/// if none runs, and issues the cycle's moves as migrations of concrete grains (least recently
+/// placed first; immovable types never).
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/rebalancer/cycles",
+    tag = "rebalancer",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses(
+        (status = 200, description = "The cycle's report and migrations", body = CycleResponse),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_cycle(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+) -> Result<Json<CycleResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    Ok(Json(
+        state.oracle.run_rebalancer_cycle(&cluster).await?.into(),
+    ))
+}
+
+/// Start a session now.
+///
+/// Ends any session and suspension; the first cycle is due at once (the lease holder runs it).
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/rebalancer/sessions",
+    tag = "rebalancer",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses(
+        (status = 200, description = "The rebalancer", body = RebalancerResponse),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_session(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+) -> Result<Json<RebalancerResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    Ok(Json(
+        state
+            .oracle
+            .start_rebalancer_session(&cluster)
+            .await?
+            .into(),
+    ))
+}
+
+/// Suspend the rebalancer.
+///
+/// Stops any session; none starts for `duration_ms` (absent: until resumed). The latest request
+/// wins.
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/rebalancer/suspend",
+    tag = "rebalancer",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    request_body = SuspendRequest,
+    responses(
+        (status = 200, description = "The rebalancer", body = RebalancerResponse),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name or duration", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_suspend(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+    ApiJson(request): ApiJson<SuspendRequest>,
+) -> Result<Json<RebalancerResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    let duration = request
+        .duration_ms
+        .map(|ms| Millis::try_from(ms).unwrap_or(Millis::MAX - 1));
+    Ok(Json(
+        state
+            .oracle
+            .suspend_rebalancer(&cluster, duration)
+            .await?
+            .into(),
+    ))
+}
+
+/// Resume the rebalancer.
+///
+/// Ends the suspension and starts a session now (as Orleans' `ResumeRebalancing`).
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/rebalancer/resume",
+    tag = "rebalancer",
+    params(("cluster" = String, Path, description = "Cluster name")),
+    responses(
+        (status = 200, description = "The rebalancer", body = RebalancerResponse),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_resume(
+    State(state): State<AppState>,
+    ApiPath(cluster): ApiPath<String>,
+) -> Result<Json<RebalancerResponse>, ApiError> {
+    let cluster = ClusterName::parse(&cluster)?;
+    Ok(Json(
+        state
+            .oracle
+            .start_rebalancer_session(&cluster)
+            .await?
+            .into(),
+    ))
+}

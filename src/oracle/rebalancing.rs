@@ -1,0 +1,321 @@
+//! The rebalancer as a use case: on the replica holding the cluster's lease, run its sessions
+//! (on their timers, or when asked), turn a cycle's moves into migrations of concrete grains, and
+//! keep its state in the store under the lease, so another replica carries on after a takeover.
+
+use super::{Oracle, OracleError};
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
+use crate::policy::{Immovable, Policy};
+use crate::rebalancer::{CycleReport, Move, Rebalancer, RebalancerOptions, SiloLoad};
+use crate::store::{Lease, LeaseClaim, Membership, Migration, MigrationReason, NewMigration};
+use crate::telemetry::metric;
+
+/// The work-state kind the rebalancer is stored under.
+const KIND: &str = "rebalancer";
+/// Most activations looked at per move (a move of more takes several cycles).
+const MAX_MOVE: u64 = 10_000;
+
+/// A cycle and the migrations it issued.
+#[derive(Debug, Clone)]
+pub struct RebalancerCycle {
+    pub report: CycleReport,
+    pub migrations: Vec<Migration>,
+}
+
+/// The rebalancer of a cluster, as `GET …/rebalancer` shows it.
+#[derive(Debug, Clone)]
+pub struct RebalancerStatus {
+    pub rebalancer: Rebalancer,
+    pub now: Millis,
+    pub lease: Option<Lease>,
+    pub options: RebalancerOptions,
+}
+
+impl Oracle {
+    /// The rebalancer's state (a fresh one if it never ran) and the cluster's lease.
+    pub async fn rebalancer_status(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<RebalancerStatus, OracleError> {
+        let membership = self.read_membership(cluster).await?;
+        let now = membership.liveness.now;
+        let options = membership.policy.rebalancer;
+        let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        let lease = self.store.lease(cluster).await?;
+        Ok(RebalancerStatus {
+            rebalancer,
+            now,
+            lease,
+            options,
+        })
+    }
+
+    /// Runs one cycle now (starting a session if none runs), as the lease holder.
+    pub async fn run_rebalancer_cycle(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<RebalancerCycle, OracleError> {
+        let lease = self.lease_for_request(cluster).await?;
+        let membership = self.read_membership(cluster).await?;
+        let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
+        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        let (loads, active) = loads(&membership);
+        let report = rebalancer.run_cycle(now, &options, &loads, active);
+        self.carry_out(cluster, &lease, &membership, rebalancer, report)
+            .await
+    }
+
+    /// Starts a session now (ending any suspension), as the lease holder.
+    pub async fn start_rebalancer_session(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<RebalancerStatus, OracleError> {
+        self.change_rebalancer(cluster, |rebalancer, now| rebalancer.start_session(now))
+            .await
+    }
+
+    /// Suspends the rebalancer for `duration_ms` (until resumed with `None`); the latest wins.
+    pub async fn suspend_rebalancer(
+        &self,
+        cluster: &ClusterName,
+        duration_ms: Option<Millis>,
+    ) -> Result<RebalancerStatus, OracleError> {
+        self.change_rebalancer(cluster, |rebalancer, now| {
+            rebalancer.suspend(now, duration_ms)
+        })
+        .await
+    }
+
+    /// The background driver's step for one cluster: keeps the lease while the rebalancer is
+    /// enabled, cancels migrations that can no longer apply, and runs whatever cycle is due.
+    /// Nothing when another replica holds the lease.
+    pub async fn drive_rebalancer(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<Option<RebalancerCycle>, OracleError> {
+        let claim = self
+            .store
+            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
+            .await?;
+        let LeaseClaim::Held(lease) = claim else {
+            return Ok(None);
+        };
+        let membership = self.read_membership(cluster).await?;
+        let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
+        self.cancel_stale(cluster, &membership.policy).await?;
+        if !options.enabled {
+            return Ok(None);
+        }
+        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        let report = rebalancer.tick(now, &options, || loads(&membership));
+        match report {
+            Some(report) => self
+                .carry_out(cluster, &lease, &membership, rebalancer, report)
+                .await
+                .map(Some),
+            None => {
+                self.save(cluster, &lease, &rebalancer).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn change_rebalancer(
+        &self,
+        cluster: &ClusterName,
+        change: impl FnOnce(&mut Rebalancer, Millis),
+    ) -> Result<RebalancerStatus, OracleError> {
+        let lease = self.lease_for_request(cluster).await?;
+        let membership = self.read_membership(cluster).await?;
+        let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
+        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        change(&mut rebalancer, now);
+        self.save(cluster, &lease, &rebalancer).await?;
+        Ok(RebalancerStatus {
+            rebalancer,
+            now,
+            lease: Some(lease),
+            options,
+        })
+    }
+
+    /// The lease for an operator's request: taken or renewed here, or an error naming the
+    /// replica that holds it.
+    async fn lease_for_request(&self, cluster: &ClusterName) -> Result<Lease, OracleError> {
+        match self
+            .store
+            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
+            .await?
+        {
+            LeaseClaim::Held(lease) => Ok(lease),
+            LeaseClaim::HeldByOther(lease) => Err(OracleError::LeaseHeldElsewhere {
+                holder: lease.holder,
+                expires_at_ms: lease.expires_at_ms,
+            }),
+            LeaseClaim::NoCluster => Err(OracleError::ClusterNotFound(cluster.to_string())),
+        }
+    }
+
+    async fn stored_rebalancer(
+        &self,
+        cluster: &ClusterName,
+        now: Millis,
+        options: &RebalancerOptions,
+    ) -> Result<Rebalancer, OracleError> {
+        let stored = self.store.work_state(cluster, KIND).await?;
+        Ok(stored
+            .and_then(|value| crate::validation::from_stored_json(value).ok())
+            .unwrap_or_else(|| Rebalancer::new(now, options)))
+    }
+
+    async fn save(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        rebalancer: &Rebalancer,
+    ) -> Result<(), OracleError> {
+        let state = serde_json::to_value(rebalancer).expect("the rebalancer serialises");
+        if self
+            .store
+            .save_work_state(cluster, lease, KIND, &state)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(self.lost_lease(cluster).await)
+        }
+    }
+
+    async fn lost_lease(&self, cluster: &ClusterName) -> OracleError {
+        match self.store.lease(cluster).await {
+            Ok(Some(lease)) => OracleError::LeaseHeldElsewhere {
+                holder: lease.holder,
+                expires_at_ms: lease.expires_at_ms,
+            },
+            Ok(None) => OracleError::ClusterNotFound(cluster.to_string()),
+            Err(error) => error.into(),
+        }
+    }
+
+    /// Issues the report's moves as migrations (fenced by the lease), then stores the state.
+    async fn carry_out(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        membership: &Membership,
+        rebalancer: Rebalancer,
+        report: CycleReport,
+    ) -> Result<RebalancerCycle, OracleError> {
+        let options = membership.policy.rebalancer;
+        let immovable = immovable_types(&membership.policy);
+        // Never a grain a migration brought in the last cycle period.
+        let moved_since =
+            report.at_ms - Millis::try_from(options.session_cycle_period_ms).unwrap_or(Millis::MAX);
+        // Each source's grains are read once for all its moves, then dealt out to the targets in
+        // order, so two moves from one silo never name the same grain.
+        let mut by_source: Vec<(&str, Vec<(&str, u64)>)> = Vec::new();
+        for Move { from, to, count } in &report.moves {
+            match by_source.iter_mut().find(|(source, _)| source == from) {
+                Some((_, targets)) => targets.push((to, *count)),
+                None => by_source.push((from, vec![(to, *count)])),
+            }
+        }
+        let mut wanted = Vec::new();
+        for (from, targets) in by_source {
+            let Ok(from_id) = SiloId::parse("from", from) else {
+                continue;
+            };
+            let total: u64 = targets.iter().map(|(_, n)| n).sum();
+            let limit = u32::try_from(total.min(MAX_MOVE)).unwrap_or(u32::MAX);
+            let mut grains = self
+                .store
+                .movable_activations(cluster, &from_id, &immovable, moved_since, limit)
+                .await?
+                .into_iter();
+            for (to, count) in targets {
+                let Ok(to_id) = SiloId::parse("to", to) else {
+                    continue;
+                };
+                for activation in grains.by_ref().take(count as usize) {
+                    let Ok(grain) = GrainId::parse("grain", &activation.grain) else {
+                        continue;
+                    };
+                    wanted.push(NewMigration {
+                        grain,
+                        from: from_id.clone(),
+                        to: to_id.clone(),
+                        epoch: activation.epoch,
+                        reason: MigrationReason::Rebalancer,
+                    });
+                }
+            }
+        }
+        let migrations = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            match self.store.issue_migrations(cluster, lease, &wanted).await? {
+                Some(issued) => issued,
+                None => return Err(self.lost_lease(cluster).await),
+            }
+        };
+        metric::migrations(
+            MigrationReason::Rebalancer.as_str(),
+            "issued",
+            migrations.len() as u64,
+        );
+        metric::rebalancer_cycle(cluster, &report);
+        self.save(cluster, lease, &rebalancer).await?;
+        Ok(RebalancerCycle { report, migrations })
+    }
+
+    async fn cancel_stale(
+        &self,
+        cluster: &ClusterName,
+        policy: &Policy,
+    ) -> Result<(), OracleError> {
+        let cancelled = self
+            .store
+            .cancel_stale_migrations(cluster, policy.migration_ttl_ms())
+            .await?;
+        for migration in &cancelled {
+            metric::migrations(migration.reason.as_str(), "cancelled", 1);
+        }
+        Ok(())
+    }
+}
+
+/// What a cycle sees: the active silos that report an activation count, with their smoothed
+/// memory, and how many silos are active.
+fn loads(membership: &Membership) -> (Vec<SiloLoad>, usize) {
+    let view = membership.view();
+    let active: Vec<_> = view
+        .silos
+        .iter()
+        .filter(|silo| view.status(silo) == SiloStatus::Active)
+        .collect();
+    let loads = active
+        .iter()
+        .filter_map(|silo| {
+            Some(SiloLoad {
+                silo: silo.id.to_string(),
+                activations: silo.profile.load.activation_count?,
+                memory: silo
+                    .profile
+                    .smoothing
+                    .memory_usage_bytes
+                    .map(|bytes| bytes as f64),
+            })
+        })
+        .collect();
+    (loads, active.len())
+}
+
+/// Grain types the rebalancer must leave alone.
+fn immovable_types(policy: &Policy) -> Vec<String> {
+    policy
+        .grain_types
+        .iter()
+        .filter(|(_, p)| matches!(p.immovable, Immovable::Rebalancer | Immovable::Any))
+        .map(|(grain_type, _)| grain_type.clone())
+        .collect()
+}

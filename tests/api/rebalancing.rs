@@ -1,0 +1,174 @@
+//! The rebalancer end to end, on both stores: a skewed cluster (3000/300/1800/1000 activations),
+//! silos that poll and complete their migrations and heartbeat their new counts, cycles asked for
+//! over HTTP until the session completes balanced; and the timers, driven by the lease holder.
+
+use std::collections::BTreeMap;
+
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+
+use placement_oracle::cluster::ClusterName;
+
+use crate::helpers::{Backend, TestApp};
+
+const SILOS: [(&str, usize); 4] = [
+    ("s1@1", 3000),
+    ("s2@1", 300),
+    ("s3@1", 1800),
+    ("s4@1", 1000),
+];
+
+/// Places `count` grains on each silo (by hint), then each silo reports its count.
+async fn skewed_cluster(app: &TestApp) -> BTreeMap<String, u64> {
+    for (silo, _) in SILOS {
+        app.heartbeat(silo, json!({ "activation_count": 0 })).await;
+    }
+    let mut counts = BTreeMap::new();
+    for (silo, count) in SILOS {
+        let grains: Vec<Value> = (0..count)
+            .map(|i| json!({ "grain": format!("user/{silo}-{i}"), "hint": silo }))
+            .collect();
+        for chunk in grains.chunks(1_000) {
+            let reply = app
+                .post("/placements/batch", json!({ "placements": chunk }))
+                .await;
+            assert_eq!(reply.status, StatusCode::OK);
+        }
+        counts.insert(silo.to_owned(), count as u64);
+    }
+    heartbeat_counts(app, &counts).await;
+    counts
+}
+
+async fn heartbeat_counts(app: &TestApp, counts: &BTreeMap<String, u64>) {
+    for (silo, n) in counts {
+        app.heartbeat(silo, json!({ "activation_count": n })).await;
+    }
+}
+
+/// Each silo polls its migrations and completes every one; returns how many moved.
+async fn complete_all(app: &TestApp, counts: &mut BTreeMap<String, u64>) -> usize {
+    let mut moved = 0;
+    for silo in counts.keys().cloned().collect::<Vec<_>>() {
+        loop {
+            let page = app
+                .get(&format!("/migrations?silo={silo}&limit=1000"))
+                .await;
+            let migrations = page.body["migrations"].as_array().unwrap().clone();
+            for m in &migrations {
+                let done = app
+                    .post(&format!("/migrations/{}/complete", m["id"]), Value::Null)
+                    .await;
+                assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+                *counts.get_mut(m["from"].as_str().unwrap()).unwrap() -= 1;
+                *counts.get_mut(m["to"].as_str().unwrap()).unwrap() += 1;
+                moved += 1;
+            }
+            if page.body["next_cursor"].is_null() {
+                break;
+            }
+        }
+    }
+    moved
+}
+
+async fn a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    let mut counts = skewed_cluster(&app).await;
+    let mut cycles = 0;
+    let mut moved = 0;
+    let last = loop {
+        let reply = app.post("/rebalancer/cycles", Value::Null).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        cycles += 1;
+        let outcome = reply.body["outcome"].as_str().unwrap().to_owned();
+        if outcome != "migrated" {
+            break reply.body;
+        }
+        moved += complete_all(&app, &mut counts).await;
+        heartbeat_counts(&app, &counts).await;
+        // Clock time passes between cycles (a cycle never moves a grain placed in the last one).
+        app.clock.advance_ms(5_000);
+        for (silo, n) in &counts {
+            app.heartbeat(silo, json!({ "activation_count": n })).await;
+        }
+        assert!(cycles < 5, "balanced in a few cycles: {counts:?}");
+    };
+    assert_eq!(last["outcome"], "completed", "{last}");
+    assert!(last["deviation"].as_f64().unwrap() < last["allowed_deviation"].as_f64().unwrap());
+    assert!(
+        counts.values().all(|&n| n == 1_525),
+        "the ideal is 1525 each: {counts:?}"
+    );
+    // The fewest moves: (3000 − 1525) + (1800 − 1525).
+    assert_eq!(moved, 1_750);
+    assert_eq!(
+        cycles, 2,
+        "one cycle moved everything, the next found it balanced"
+    );
+    // The directory agrees with the counts the silos reported.
+    let on_s2 = app.get("/activations?silo=s2@1&limit=1000").await;
+    assert_eq!(on_s2.body["activations"].as_array().unwrap().len(), 1_000);
+    let status = app.get("/rebalancer").await;
+    assert_eq!(
+        status.body["state"], "suspended",
+        "resting after completion"
+    );
+    assert_eq!(status.body["statistics"]["s1@1"]["dispersed"], 1_475);
+    assert_eq!(status.body["statistics"]["s2@1"]["acquired"], 1_225);
+}
+
+async fn the_lease_holder_runs_sessions_on_their_timers(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    let counts = skewed_cluster(&app).await;
+    let policy = json!({ "rebalancer": { "enabled": true, "due_time_ms": 1_000, "session_cycle_period_ms": 2_000 } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+    let cluster = ClusterName::parse(&app.cluster).unwrap();
+    // Before the due time nothing runs; at it, a session starts and its first cycle issues moves.
+    assert!(app
+        .oracle
+        .drive_rebalancer(&cluster)
+        .await
+        .unwrap()
+        .is_none());
+    app.clock.advance_ms(1_000);
+    heartbeat_counts(&app, &counts).await;
+    let cycle = app
+        .oracle
+        .drive_rebalancer(&cluster)
+        .await
+        .unwrap()
+        .expect("a cycle");
+    assert_eq!((cycle.report.session, cycle.report.cycle), (1, 1));
+    assert_eq!(cycle.migrations.len(), 1_750);
+    let status = app.get("/rebalancer").await;
+    assert_eq!(status.body["session"], 1);
+    assert_eq!(status.body["lease"]["holder"], app.oracle_replica());
+    // Suspended, no cycle runs however late it gets; resumed, one runs at once.
+    let suspended = app.post("/rebalancer/suspend", json!({})).await;
+    assert_eq!(suspended.body["suspended_indefinitely"], true);
+    app.clock.advance_ms(4_000);
+    heartbeat_counts(&app, &counts).await;
+    assert!(app
+        .oracle
+        .drive_rebalancer(&cluster)
+        .await
+        .unwrap()
+        .is_none());
+    let resumed = app.post("/rebalancer/resume", Value::Null).await;
+    assert_eq!(
+        (
+            resumed.body["state"].as_str(),
+            resumed.body["session"].as_u64()
+        ),
+        (Some("executing"), Some(2))
+    );
+}
+
+for_both_stores!(
+    a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations,
+    the_lease_holder_runs_sessions_on_their_timers,
+);
