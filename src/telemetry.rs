@@ -69,6 +69,7 @@ pub mod metric {
     pub const WEBHOOK_DURATION: &str = "oracle_webhook_duration_seconds";
     pub const MIGRATIONS: &str = "oracle_migrations_total";
     pub const REBALANCER_CYCLES: &str = "oracle_rebalancer_cycles_total";
+    pub const LEASES_TAKEN: &str = "oracle_cluster_leases_taken_total";
     pub const REBALANCER_DEVIATION: &str = "oracle_rebalancer_entropy_deviation";
     pub const REBALANCER_ENTROPY: &str = "oracle_rebalancer_entropy";
 
@@ -120,6 +121,10 @@ pub mod metric {
         describe_counter!(
             REBALANCER_CYCLES,
             "Rebalancer cycles this replica ran, by outcome (migrated, completed, stagnant, stopped, skipped)"
+        );
+        describe_counter!(
+            LEASES_TAKEN,
+            "Cluster leases this replica took with a new token (a takeover, or the cluster's first)"
         );
         describe_gauge!(
             REBALANCER_DEVIATION,
@@ -192,6 +197,10 @@ pub mod metric {
             gauge!(REBALANCER_DEVIATION, "cluster" => cluster.to_string()).set(report.deviation);
             gauge!(REBALANCER_ENTROPY, "cluster" => cluster.to_string()).set(report.entropy);
         }
+    }
+
+    pub fn lease_taken() {
+        counter!(LEASES_TAKEN).increment(1);
     }
 
     pub fn store_error(operation: &'static str) {

@@ -111,6 +111,8 @@ pub struct Oracle {
     pool_states: connections::PoolStates,
     /// This replica's name and lease length in cluster leases.
     replica: Replica,
+    /// The token of each cluster lease this replica last held, to count takeovers.
+    lease_tokens: Mutex<HashMap<ClusterName, i64>>,
 }
 
 /// Who this replica is to cluster leases.
@@ -177,6 +179,7 @@ impl Oracle {
             http: reqwest::Client::new(),
             pool_states: Mutex::default(),
             replica: Replica::default(),
+            lease_tokens: Mutex::default(),
         }
     }
 

@@ -100,6 +100,7 @@ impl Oracle {
         let LeaseClaim::Held(lease) = claim else {
             return Ok(None);
         };
+        self.note_lease(cluster, &lease);
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         self.cancel_stale(cluster, &membership.policy).await?;
@@ -147,12 +148,23 @@ impl Oracle {
             .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
             .await?
         {
-            LeaseClaim::Held(lease) => Ok(lease),
+            LeaseClaim::Held(lease) => {
+                self.note_lease(cluster, &lease);
+                Ok(lease)
+            }
             LeaseClaim::HeldByOther(lease) => Err(OracleError::LeaseHeldElsewhere {
                 holder: lease.holder,
                 expires_at_ms: lease.expires_at_ms,
             }),
             LeaseClaim::NoCluster => Err(OracleError::ClusterNotFound(cluster.to_string())),
+        }
+    }
+
+    /// Counts a lease this replica took with a new token (a takeover, or its first).
+    fn note_lease(&self, cluster: &ClusterName, lease: &Lease) {
+        let mut tokens = self.lease_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if tokens.insert(cluster.clone(), lease.token) != Some(lease.token) {
+            metric::lease_taken();
         }
     }
 

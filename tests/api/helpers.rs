@@ -10,7 +10,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
-use placement_oracle::oracle::Oracle;
+use placement_oracle::oracle::{Oracle, Replica};
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -22,6 +22,8 @@ use tower::ServiceExt;
 
 /// The silo TTL every test app uses.
 pub const TTL_MS: i64 = 10_000;
+/// How long a test replica's cluster lease lasts.
+pub const LEASE_TTL_MS: i64 = 2_000;
 /// Where every test clock starts (2023-11-14T22:13:20Z).
 pub const START_MS: i64 = 1_700_000_000_000;
 /// Which store an app runs on.
@@ -352,7 +354,13 @@ impl TestApp {
         limits: Limits,
         clock: ManualClock,
     ) -> Self {
-        let oracle = Arc::new(Oracle::new(store, Some(seed)));
+        // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
+        // of two seconds of the test's clock.
+        let replica = Replica {
+            id: format!("replica-{seed}"),
+            lease_ttl_ms: LEASE_TTL_MS,
+        };
+        let oracle = Arc::new(Oracle::new(store, Some(seed)).with_replica(replica));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
+use sqlx::Connection;
 
 use placement_oracle::cluster::ClusterName;
 
@@ -172,3 +173,118 @@ for_both_stores!(
     a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations,
     the_lease_holder_runs_sessions_on_their_timers,
 );
+
+/// Two replicas on one Postgres database. A runs the session, is "killed" (stops driving and
+/// renewing), and B takes over within a lease period, carrying on the same session from the
+/// stored state to the end; nothing is written under A's token after the takeover.
+#[tokio::test]
+async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it() {
+    use crate::helpers::{TestDatabase, LEASE_TTL_MS, START_MS};
+    use placement_oracle::clock::ManualClock;
+
+    let database = TestDatabase::create().await;
+    let clock = ManualClock::starting_at(START_MS);
+    let cluster_name = crate::helpers::unique_cluster();
+    let a = TestApp::replica(
+        database.store(4, &clock).await,
+        &database,
+        cluster_name.clone(),
+        1,
+        clock.clone(),
+    );
+    let b = TestApp::replica(
+        database.store(4, &clock).await,
+        &database,
+        cluster_name.clone(),
+        2,
+        clock.clone(),
+    );
+    let mut counts = skewed_cluster(&a).await;
+    let policy = json!({ "rebalancer": {
+        "enabled": true, "due_time_ms": 0, "session_cycle_period_ms": 2_000,
+        "activation_migration_count_limit": 500
+    } });
+    assert_eq!(a.put_policy(Some("*"), policy).await.status, StatusCode::OK);
+    let cluster = ClusterName::parse(&cluster_name).unwrap();
+
+    // A holds the lease and runs cycle 1 (500 moves); B, asked meanwhile, does nothing.
+    let first = a
+        .oracle
+        .drive_rebalancer(&cluster)
+        .await
+        .unwrap()
+        .expect("A's first cycle");
+    assert_eq!(
+        (
+            first.report.session,
+            first.report.cycle,
+            first.migrations.len()
+        ),
+        (1, 1, 500)
+    );
+    assert!(b.oracle.drive_rebalancer(&cluster).await.unwrap().is_none());
+    let a_lease = a.oracle.store().lease(&cluster).await.unwrap().unwrap();
+    complete_all(&a, &mut counts).await;
+    heartbeat_counts(&a, &counts).await;
+
+    // A dies: it drives no more. After its lease runs out, B takes the lease and the session.
+    clock.advance_ms(LEASE_TTL_MS + 1);
+    heartbeat_counts(&b, &counts).await;
+    let second = b
+        .oracle
+        .drive_rebalancer(&cluster)
+        .await
+        .unwrap()
+        .expect("B carries on");
+    assert_eq!(
+        (second.report.session, second.report.cycle),
+        (1, 2),
+        "the same session, its next cycle"
+    );
+    let b_lease = b.oracle.store().lease(&cluster).await.unwrap().unwrap();
+    assert_eq!(b_lease.holder, b.oracle_replica());
+    assert!(b_lease.token > a_lease.token);
+    // A comes back from the dead: its step does nothing, and its old token writes nothing.
+    assert!(a.oracle.drive_rebalancer(&cluster).await.unwrap().is_none());
+    let stale = a
+        .oracle
+        .store()
+        .issue_migrations(&cluster, &a_lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(stale, None);
+    // The open migrations are B's cycle 2, all under B's token; none under A's.
+    let mut raw = sqlx::PgConnection::connect(&database.url()).await.unwrap();
+    let tokens: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT lease_token, count(*) FROM migrations WHERE cluster = $1 GROUP BY lease_token",
+    )
+    .bind(&cluster_name)
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(tokens, [(b_lease.token, second.migrations.len() as i64)]);
+    let metrics = b.send(axum::http::Method::GET, "/metrics", None).await;
+    assert!(metrics
+        .body
+        .as_str()
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("oracle_cluster_leases_taken_total")));
+
+    // B finishes: cycles on its timers until the session completes, the silos keeping up.
+    let mut outcome = String::new();
+    for _ in 0..10 {
+        complete_all(&b, &mut counts).await;
+        heartbeat_counts(&b, &counts).await;
+        clock.advance_ms(2_000);
+        heartbeat_counts(&b, &counts).await;
+        if let Some(cycle) = b.oracle.drive_rebalancer(&cluster).await.unwrap() {
+            outcome = format!("{:?}", cycle.report.outcome);
+            if outcome == "Completed" {
+                break;
+            }
+        }
+    }
+    assert_eq!(outcome, "Completed", "{counts:?}");
+    assert!(counts.values().all(|&n| n == 1_525), "{counts:?}");
+}
