@@ -106,7 +106,10 @@ fn refusal_text(migration: &Migration, refusal: &Refusal) -> String {
         ),
         Refusal::SourceDead => format!("source silo `{}` is dead", migration.from),
         Refusal::TargetUnavailable => {
-            format!("target silo `{}` is not active and alive", migration.to)
+            format!(
+                "target silo `{}` is not active and alive, or does not host the grain's type",
+                migration.to
+            )
         }
         Refusal::Expired => "the migration outlived the cluster's migration_ttl_ms".to_owned(),
     }

@@ -113,6 +113,9 @@ pub struct Oracle {
     replica: Replica,
     /// The token of each cluster lease this replica last held, to count takeovers.
     lease_tokens: Mutex<HashMap<ClusterName, i64>>,
+    /// One change of a cluster's rebalancer state at a time on this replica (the driver and
+    /// operators' requests share the lease's token, so the fence alone cannot order them).
+    rebalancer_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Who this replica is to cluster leases.
@@ -180,6 +183,7 @@ impl Oracle {
             pool_states: Mutex::default(),
             replica: Replica::default(),
             lease_tokens: Mutex::default(),
+            rebalancer_gates: Mutex::default(),
         }
     }
 

@@ -55,11 +55,12 @@ impl Oracle {
         &self,
         cluster: &ClusterName,
     ) -> Result<RebalancerCycle, OracleError> {
+        let _gate = self.rebalancer_gate(cluster).await;
         let lease = self.lease_for_request(cluster).await?;
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
-        let (loads, active) = loads(&membership);
+        let (loads, active) = self.loads(cluster, &membership).await?;
         let report = rebalancer.run_cycle(now, &options, &loads, active);
         self.carry_out(cluster, &lease, &membership, rebalancer, report)
             .await
@@ -101,6 +102,7 @@ impl Oracle {
             return Ok(None);
         };
         self.note_lease(cluster, &lease);
+        let _gate = self.rebalancer_gate(cluster).await;
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         self.cancel_stale(cluster, &membership.policy).await?;
@@ -108,14 +110,22 @@ impl Oracle {
             return Ok(None);
         }
         let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
-        let report = rebalancer.tick(now, &options, || loads(&membership));
+        // Loads are read only when a cycle is due (a tick mostly finds none).
+        let due = rebalancer.cycle_due(now);
+        let (loads, active) = if due {
+            self.loads(cluster, &membership).await?
+        } else {
+            (Vec::new(), 0)
+        };
+        let report = rebalancer.tick(now, &options, || (loads, active));
         match report {
             Some(report) => self
                 .carry_out(cluster, &lease, &membership, rebalancer, report)
                 .await
                 .map(Some),
             None => {
-                self.save(cluster, &lease, &rebalancer).await?;
+                self.save(cluster, &lease, &membership, &mut rebalancer)
+                    .await?;
                 Ok(None)
             }
         }
@@ -126,12 +136,14 @@ impl Oracle {
         cluster: &ClusterName,
         change: impl FnOnce(&mut Rebalancer, Millis),
     ) -> Result<RebalancerStatus, OracleError> {
+        let _gate = self.rebalancer_gate(cluster).await;
         let lease = self.lease_for_request(cluster).await?;
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
         change(&mut rebalancer, now);
-        self.save(cluster, &lease, &rebalancer).await?;
+        self.save(cluster, &lease, &membership, &mut rebalancer)
+            .await?;
         Ok(RebalancerStatus {
             rebalancer,
             now,
@@ -160,6 +172,18 @@ impl Oracle {
         }
     }
 
+    /// Holds the cluster's rebalancer gate: read, change and save never interleave on this replica.
+    async fn rebalancer_gate(&self, cluster: &ClusterName) -> tokio::sync::OwnedMutexGuard<()> {
+        let gate = {
+            let mut gates = self
+                .rebalancer_gates
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            gates.entry(cluster.clone()).or_default().clone()
+        };
+        gate.lock_owned().await
+    }
+
     /// Counts a lease this replica took with a new token (a takeover, or its first).
     fn note_lease(&self, cluster: &ClusterName, lease: &Lease) {
         let mut tokens = self.lease_tokens.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,17 +199,28 @@ impl Oracle {
         options: &RebalancerOptions,
     ) -> Result<Rebalancer, OracleError> {
         let stored = self.store.work_state(cluster, KIND).await?;
-        Ok(stored
-            .and_then(|value| crate::validation::from_stored_json(value).ok())
-            .unwrap_or_else(|| Rebalancer::new(now, options)))
+        Ok(
+            match stored.map(crate::validation::from_stored_json::<Rebalancer>) {
+                Some(Ok(rebalancer)) => rebalancer,
+                Some(Err(error)) => {
+                    tracing::error!(%cluster, %error, "the stored rebalancer state cannot be read; starting afresh");
+                    Rebalancer::new(now, options)
+                }
+                None => Rebalancer::new(now, options),
+            },
+        )
     }
 
+    /// Stores the state under the lease, keeping only the tallies of silos still in the
+    /// membership (silo ids change with every restart; Orleans drops dead silos' statistics too).
     async fn save(
         &self,
         cluster: &ClusterName,
         lease: &Lease,
-        rebalancer: &Rebalancer,
+        membership: &Membership,
+        rebalancer: &mut Rebalancer,
     ) -> Result<(), OracleError> {
+        rebalancer.retain_silos(|silo| membership.silos.iter().any(|s| s.id.as_str() == silo));
         let state = serde_json::to_value(rebalancer).expect("the rebalancer serialises");
         if self
             .store
@@ -215,11 +250,12 @@ impl Oracle {
         cluster: &ClusterName,
         lease: &Lease,
         membership: &Membership,
-        rebalancer: Rebalancer,
+        mut rebalancer: Rebalancer,
         report: CycleReport,
     ) -> Result<RebalancerCycle, OracleError> {
         let options = membership.policy.rebalancer;
         let immovable = immovable_types(&membership.policy);
+        let view = membership.view();
         // Never a grain a migration brought in the last cycle period.
         let moved_since =
             report.at_ms - Millis::try_from(options.session_cycle_period_ms).unwrap_or(Millis::MAX);
@@ -239,19 +275,31 @@ impl Oracle {
             };
             let total: u64 = targets.iter().map(|(_, n)| n).sum();
             let limit = u32::try_from(total.min(MAX_MOVE)).unwrap_or(u32::MAX);
-            let mut grains = self
+            let grains = self
                 .store
                 .movable_activations(cluster, &from_id, &immovable, moved_since, limit)
                 .await?
                 .into_iter();
+            let mut pool: Vec<_> = grains.collect();
             for (to, count) in targets {
                 let Ok(to_id) = SiloId::parse("to", to) else {
                     continue;
                 };
-                for activation in grains.by_ref().take(count as usize) {
-                    let Ok(grain) = GrainId::parse("grain", &activation.grain) else {
+                // Only grains whose type the target hosts.
+                let Some(target) = view.find(&to_id) else {
+                    continue;
+                };
+                let mut dealt = 0;
+                let mut kept = Vec::with_capacity(pool.len());
+                for activation in pool {
+                    let grain = GrainId::parse("grain", &activation.grain).ok();
+                    let fits = grain.as_ref().is_some_and(|g| target.hosts(g.grain_type()));
+                    if dealt == count || !fits {
+                        kept.push(activation);
                         continue;
-                    };
+                    }
+                    let grain = grain.expect("checked by fits");
+                    dealt += 1;
                     wanted.push(NewMigration {
                         grain,
                         from: from_id.clone(),
@@ -260,6 +308,7 @@ impl Oracle {
                         reason: MigrationReason::Rebalancer,
                     });
                 }
+                pool = kept;
             }
         }
         let migrations = if wanted.is_empty() {
@@ -276,7 +325,8 @@ impl Oracle {
             migrations.len() as u64,
         );
         metric::rebalancer_cycle(cluster, &report);
-        self.save(cluster, lease, &rebalancer).await?;
+        self.save(cluster, lease, membership, &mut rebalancer)
+            .await?;
         Ok(RebalancerCycle { report, migrations })
     }
 
@@ -296,30 +346,46 @@ impl Oracle {
     }
 }
 
-/// What a cycle sees: the active silos that report an activation count, with their smoothed
-/// memory, and how many silos are active.
-fn loads(membership: &Membership) -> (Vec<SiloLoad>, usize) {
-    let view = membership.view();
-    let active: Vec<_> = view
-        .silos
-        .iter()
-        .filter(|silo| view.status(silo) == SiloStatus::Active)
-        .collect();
-    let loads = active
-        .iter()
-        .filter_map(|silo| {
-            Some(SiloLoad {
-                silo: silo.id.to_string(),
-                activations: silo.profile.load.activation_count?,
-                memory: silo
-                    .profile
-                    .smoothing
-                    .memory_usage_bytes
-                    .map(|bytes| bytes as f64),
+impl Oracle {
+    /// What a cycle sees: the active silos that report an activation count, with their smoothed
+    /// memory, and how many silos are active. Open migrations count as done (a source's count
+    /// less what it is still to send, a target's plus what it is to receive), so a cycle that
+    /// comes before the silos finished the last one's moves does not plan them again.
+    async fn loads(
+        &self,
+        cluster: &ClusterName,
+        membership: &Membership,
+    ) -> Result<(Vec<SiloLoad>, usize), OracleError> {
+        let view = membership.view();
+        let active: Vec<_> = view
+            .silos
+            .iter()
+            .filter(|silo| view.status(silo) == SiloStatus::Active)
+            .collect();
+        let mut loads: Vec<SiloLoad> = active
+            .iter()
+            .filter_map(|silo| {
+                Some(SiloLoad {
+                    silo: silo.id.to_string(),
+                    activations: silo.profile.load.activation_count?,
+                    memory: silo
+                        .profile
+                        .smoothing
+                        .memory_usage_bytes
+                        .map(|bytes| bytes as f64),
+                })
             })
-        })
-        .collect();
-    (loads, active.len())
+            .collect();
+        for (from, to, n) in self.store.open_migration_counts(cluster).await? {
+            if let Some(load) = loads.iter_mut().find(|l| l.silo == from) {
+                load.activations = load.activations.saturating_sub(n);
+            }
+            if let Some(load) = loads.iter_mut().find(|l| l.silo == to) {
+                load.activations += n;
+            }
+        }
+        Ok((loads, active.len()))
+    }
 }
 
 /// Grain types the rebalancer must leave alone.

@@ -40,13 +40,14 @@ pub struct Move {
     pub count: u64,
 }
 
-/// Orleans' entropy (reference 4.4 step 6): shares `p_i = (n_i/N)·(m_i/M)` with `M` the harmonic
-/// mean of the counts, normalised, each at least 1e-10. `active` silos give the maximum. Silos
+/// Orleans' entropy (reference 4.4 step 6): shares `p_i = (n_i/N)·(m_i/M)`, normalised, each at
+/// least 1e-10. `M` (Orleans' harmonic mean of the counts) cancels in the normalisation, so the
+/// shares are computed as `n_i·m_i ÷ Σ n_j·m_j`: the same numbers, and finite when a silo holds
+/// no activation (a new, empty silo), where `M` would be 0. `active` silos give the maximum. Silos
 /// without memory count as using 1 byte each (the oracle's planner measures counts alone then);
-/// callers in compat mode skip such cycles before measuring.
+/// compat mode skips such cycles before measuring.
 pub fn measure(loads: &[SiloLoad], active: usize) -> Measure {
     let activations: u64 = loads.iter().map(|l| l.activations).sum();
-    let n = activations as f64;
     let memory_known = loads.iter().all(|l| l.memory.is_some_and(|m| m > 0.0));
     let memory = |l: &SiloLoad| {
         if memory_known {
@@ -55,10 +56,9 @@ pub fn measure(loads: &[SiloLoad], active: usize) -> Measure {
             1.0
         }
     };
-    let harmonic = harmonic_mean(loads.iter().map(|l| l.activations as f64));
     let shares: Vec<f64> = loads
         .iter()
-        .map(|l| (l.activations as f64 / n) * (memory(l) / harmonic))
+        .map(|l| l.activations as f64 * memory(l))
         .collect();
     let total: f64 = shares.iter().sum();
     let entropy = -shares
@@ -229,6 +229,17 @@ mod tests {
             [3, 2],
             "ties to the lower id"
         );
+    }
+
+    #[test]
+    fn an_empty_silo_is_measured_and_filled() {
+        // A silo that just joined holds nothing: the measure stays finite and the plan fills it.
+        let l = loads(&[100, 0], None);
+        let m = measure(&l, 2);
+        assert!(m.entropy.is_finite() && m.deviation.is_finite(), "{m:?}");
+        assert!(m.deviation > 0.9);
+        let moves = oracle_moves(&l, &RebalancerOptions::default());
+        assert_eq!(moves.iter().map(|m| m.count).sum::<u64>(), 50);
     }
 
     proptest! {

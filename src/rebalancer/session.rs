@@ -120,6 +120,14 @@ impl Rebalancer {
         }
     }
 
+    /// Whether [`Self::tick`] at `now` would run a cycle (if not suspended).
+    pub fn cycle_due(&self, now: Millis) -> bool {
+        match &self.session {
+            Some(session) => session.next_cycle_at <= now,
+            None => now >= self.next_trigger_at && self.suspension_left(now).is_none(),
+        }
+    }
+
     /// The timers (Orleans' trigger at half the cycle period, and the session's cycle): runs a
     /// cycle when one is due, starting a session first when none runs and none is suspended.
     /// `loads` is asked for only when a cycle runs.

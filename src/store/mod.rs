@@ -567,7 +567,7 @@ pub enum Refusal {
     GrainMoved { silo: String, epoch: i64 },
     /// The source silo is dead.
     SourceDead,
-    /// The target silo is not active and alive.
+    /// The target silo is not active and alive, or does not host the grain's type.
     TargetUnavailable,
     /// Older than the cluster's migration TTL.
     Expired,
@@ -622,6 +622,12 @@ pub trait MigrationStore: Send + Sync + 'static {
         id: i64,
         ttl_ms: Millis,
     ) -> Result<Completion, StoreError>;
+
+    /// How many migrations are open from each silo to each other: moves planned but not done yet.
+    async fn open_migration_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<Vec<(String, String, u64)>, StoreError>;
 
     /// Removes an open migration the source could not carry out; `None` when there was none.
     async fn fail_migration(

@@ -108,8 +108,21 @@ async fn a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations(backend
         "one cycle moved everything, the next found it balanced"
     );
     // The directory agrees with the counts the silos reported.
-    let on_s2 = app.get("/activations?silo=s2@1&limit=1000").await;
-    assert_eq!(on_s2.body["activations"].as_array().unwrap().len(), 1_000);
+    let mut on_s2 = 0;
+    let mut cursor = String::new();
+    loop {
+        let page = app
+            .get(&format!("/activations?silo=s2@1&limit=1000{cursor}"))
+            .await;
+        on_s2 += page.body["activations"].as_array().unwrap().len();
+        match page.body["next_cursor"].as_str() {
+            Some(next) => {
+                cursor = format!("&cursor={}", next.replace('/', "%2F").replace('@', "%40"))
+            }
+            None => break,
+        }
+    }
+    assert_eq!(on_s2, 1_525);
     let status = app.get("/rebalancer").await;
     assert_eq!(
         status.body["state"], "suspended",
@@ -169,7 +182,28 @@ async fn the_lease_holder_runs_sessions_on_their_timers(backend: Backend) {
     );
 }
 
+async fn a_cycle_before_the_last_ones_moves_are_done_does_not_plan_them_again(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    let counts = skewed_cluster(&app).await;
+    let first = app.post("/rebalancer/cycles", Value::Null).await;
+    assert_eq!(first.body["migrations"].as_array().unwrap().len(), 1_750);
+    // The silos have not moved anything yet and report the same counts.
+    app.clock.advance_ms(5_000);
+    heartbeat_counts(&app, &counts).await;
+    let second = app.post("/rebalancer/cycles", Value::Null).await;
+    assert_eq!(second.body["outcome"], "completed", "{}", second.body);
+    assert_eq!(second.body["migrations"], json!([]));
+    // The first cycle's migrations are still there for the silos to carry out.
+    let pending = app.get("/migrations?silo=s1@1&limit=1000").await;
+    assert_eq!(pending.body["migrations"].as_array().unwrap().len(), 1_000);
+    assert!(
+        !pending.body["next_cursor"].is_null(),
+        "1475 from s1: a second page"
+    );
+}
+
 for_both_stores!(
+    a_cycle_before_the_last_ones_moves_are_done_does_not_plan_them_again,
     a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations,
     the_lease_holder_runs_sessions_on_their_timers,
 );

@@ -38,13 +38,18 @@ fn silo(id: &str) -> SiloId {
 }
 
 async fn beat(store: &dyn Store, id: &str) {
+    beat_hosting(store, id, None).await
+}
+
+/// A heartbeat from a silo that hosts only `grain_types` (all types with `None`).
+async fn beat_hosting(store: &dyn Store, id: &str, grain_types: Option<&[&str]>) {
     let heartbeat = Heartbeat {
         silo: silo(id),
         address: id.split('@').next().unwrap().to_owned(),
         status: SiloStatus::Active,
         role: None,
         metadata: Default::default(),
-        grain_types: None,
+        grain_types: grain_types.map(|types| types.iter().map(|t| t.to_string()).collect()),
         load: LoadReport::default(),
     };
     let update =
@@ -587,7 +592,40 @@ async fn stale_migrations_are_cancelled(backend: Backend) {
     );
 }
 
+async fn a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    beat_hosting(&*store, "orders@1", Some(&["order"])).await;
+    let lease = lease_for(&*store, "r").await;
+    let epoch = placed(&*store, "user/1", "a@1").await;
+    let issued = store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[migration("user/1", "a@1", "orders@1", epoch)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), issued[0].id, 60_000)
+            .await
+            .unwrap(),
+        Completion::Refused {
+            refusal: Refusal::TargetUnavailable,
+            ..
+        }
+    ));
+    let found = store
+        .lookup(&cluster(), &[GrainId::parse("grain", "user/1").unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(found[0].activation.silo, "a@1", "the grain stays");
+}
+
 for_both_stores!(
+    a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused,
     migrations_are_issued_only_under_the_current_lease_once_per_grain,
     completing_moves_the_entry_as_a_new_activation_or_says_why_not,
     stale_migrations_are_cancelled,

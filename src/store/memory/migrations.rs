@@ -20,7 +20,9 @@ impl ClusterState {
         if status(&m.from).is_none_or(|s| s == SiloStatus::Dead) {
             return Some(Refusal::SourceDead);
         }
-        if status(&m.to) != Some(SiloStatus::Active) {
+        let grain_type = m.grain.split('/').next().unwrap_or_default();
+        let hosts = self.silos.get(&m.to).is_some_and(|s| s.hosts(grain_type));
+        if status(&m.to) != Some(SiloStatus::Active) || !hosts {
             return Some(Refusal::TargetUnavailable);
         }
         match self.directory.get(&m.grain) {
@@ -52,8 +54,10 @@ impl MigrationStore for MemoryStore {
         if !state.holds(fence, now) {
             return Ok(None);
         }
+        let mut sorted: Vec<&NewMigration> = migrations.iter().collect();
+        sorted.sort_by(|a, b| a.grain.cmp(&b.grain));
         let mut written = Vec::new();
-        for new in migrations {
+        for new in sorted {
             let grain = new.grain.as_str();
             let at_source = state
                 .directory
@@ -136,6 +140,24 @@ impl MigrationStore for MemoryStore {
         Ok(Completion::Moved { migration, epoch })
     }
 
+    async fn open_migration_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let clusters = self.clusters();
+        let Some(state) = clusters.get(cluster) else {
+            return Ok(Vec::new());
+        };
+        let mut counts: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for m in state.migrations.values() {
+            *counts.entry((m.from.clone(), m.to.clone())).or_default() += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((from, to), n)| (from, to, n))
+            .collect())
+    }
+
     async fn fail_migration(
         &self,
         cluster: &ClusterName,
@@ -164,27 +186,23 @@ impl MigrationStore for MemoryStore {
                 .get(silo)
                 .is_some_and(|s| s.status_at(&liveness) == SiloStatus::ShuttingDown)
         };
+        let status = |silo: &str| state.silos.get(silo).map(|s| s.status_at(&liveness));
         let stale: Vec<i64> = state
             .migrations
             .values()
             .filter(|m| {
-                // A target that is only not active yet (joining) may still become so: kept.
-                let refusal = state.refusal(m, now, ttl_ms);
-                draining(&m.to)
-                    || matches!(
-                        refusal,
-                        Some(
-                            Refusal::Expired
-                                | Refusal::SourceDead
-                                | Refusal::GrainGone
-                                | Refusal::GrainMoved { .. }
-                        )
-                    )
-                    || (refusal == Some(Refusal::TargetUnavailable)
-                        && state
-                            .silos
-                            .get(&m.to)
-                            .is_none_or(|s| s.status_at(&liveness) == SiloStatus::Dead))
+                // As Postgres: too old, the grain not that activation on the source any more, the
+                // target unknown, or a silo dead (the target also when draining). A target that is
+                // only joining may still become active: kept.
+                let at_source = state
+                    .directory
+                    .get(&m.grain)
+                    .is_some_and(|e| e.silo == m.from && e.epoch == m.epoch);
+                now - m.created_at_ms > ttl_ms
+                    || !at_source
+                    || status(&m.from).is_none_or(|s| s == SiloStatus::Dead)
+                    || status(&m.to).is_none_or(|s| s == SiloStatus::Dead)
+                    || draining(&m.to)
             })
             .map(|m| m.id)
             .collect();

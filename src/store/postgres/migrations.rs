@@ -137,9 +137,12 @@ impl PostgresStore {
         let (outage_began_ago, outage_ended_ago) = self.outage();
         // Both silos, in id order, KEY SHARE: a death (FOR UPDATE) waits for this transaction,
         // or this one sees it.
-        let silos: Vec<(String, String, bool)> = sqlx::query_as(
+        let grain_type = m.grain.split('/').next().unwrap_or_default().to_owned();
+        let silos: Vec<(String, String, bool, bool)> = sqlx::query_as(
             "SELECT s.silo, s.status,
-                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, $3, $4, $5)
+                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, $3, $4, $5),
+                    COALESCE(jsonb_typeof(s.profile -> 'grain_types'), 'null') = 'null'
+                        OR s.profile -> 'grain_types' ? $6
              FROM silos s JOIN clusters c ON c.name = s.cluster
              WHERE s.cluster = $1 AND s.silo = ANY ($2::text[])
              ORDER BY s.silo
@@ -150,13 +153,16 @@ impl PostgresStore {
         .bind(now)
         .bind(outage_began_ago)
         .bind(outage_ended_ago)
+        .bind(&grain_type)
         .fetch_all(&mut *tx)
         .await?;
-        let find = |id: &str| silos.iter().find(|(silo, _, _)| silo == id);
-        if !find(&m.from).is_some_and(|(_, status, live)| status != "dead" && *live) {
+        let find = |id: &str| silos.iter().find(|(silo, ..)| silo == id);
+        if !find(&m.from).is_some_and(|(_, status, live, _)| status != "dead" && *live) {
             return refuse(tx, cluster, m, Refusal::SourceDead).await;
         }
-        if !find(&m.to).is_some_and(|(_, status, live)| status == "active" && *live) {
+        let target_ok = find(&m.to)
+            .is_some_and(|(_, status, live, hosts)| status == "active" && *live && *hosts);
+        if !target_ok {
             return refuse(tx, cluster, m, Refusal::TargetUnavailable).await;
         }
         let entry: Option<(String, i64)> = sqlx::query_as(
@@ -296,8 +302,30 @@ impl MigrationStore for PostgresStore {
         id: i64,
         ttl_ms: Millis,
     ) -> Result<Completion, StoreError> {
-        self.guard(self.try_complete_migration(cluster, id, ttl_ms))
-            .await
+        let outcome = self
+            .guard(self.try_complete_migration(cluster, id, ttl_ms))
+            .await;
+        super::deadlock_as_contention(outcome)
+    }
+
+    async fn open_migration_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.guard(async {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT from_silo, to_silo, count(*) FROM migrations WHERE cluster = $1
+                 GROUP BY from_silo, to_silo ORDER BY from_silo, to_silo",
+            )
+            .bind(cluster.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(from, to, n)| (from, to, u64::try_from(n).unwrap_or(0)))
+                .collect())
+        })
+        .await
     }
 
     async fn fail_migration(
