@@ -132,7 +132,7 @@ pub async fn serve(
     }
     let sweeper = background::run_sweeper(oracle.clone(), background.stopping());
     background.spawn("sweeper", sweeper);
-    let rebalancer = background::run_rebalancer(oracle, background.stopping());
+    let rebalancer = background::run_rebalancer(oracle.clone(), background.stopping());
     background.spawn("rebalancer", rebalancer);
 
     let address = listener.local_addr()?;
@@ -140,8 +140,10 @@ pub async fn serve(
     let served = axum::serve(listener, app(state, limits))
         .with_graceful_shutdown(shutdown)
         .await;
-    // Stopped whether serving ended by the signal or by an error.
+    // Stopped whether serving ended by the signal or by an error; then the cluster leases go, so
+    // another replica carries on at once.
     background.stop().await;
+    oracle.release_leases().await;
     served?;
     tracing::info!("stopped");
     Ok(())

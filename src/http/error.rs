@@ -308,6 +308,13 @@ impl From<OracleError> for ApiError {
             | OracleError::SiloNotFound { .. }
             | OracleError::ActivationNotFound(_)
             | OracleError::MigrationNotFound(_) => Self::not_found(detail),
+            OracleError::LeaseExpired => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "lease-expired",
+                "The cluster's lease ran out during the request",
+                detail,
+            )
+            .retry_after(1),
             OracleError::LeaseHeldElsewhere { .. } => Self::new(
                 StatusCode::CONFLICT,
                 "lease-held-elsewhere",

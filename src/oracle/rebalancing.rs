@@ -172,6 +172,29 @@ impl Oracle {
         }
     }
 
+    /// Gives up every cluster lease this replica holds, so that another replica carries on at
+    /// once instead of after the lease runs out (called when the replica shuts down).
+    pub async fn release_leases(&self) {
+        let held: Vec<(ClusterName, i64)> = {
+            let tokens = self.lease_tokens.lock().unwrap_or_else(|e| e.into_inner());
+            tokens.iter().map(|(c, t)| (c.clone(), *t)).collect()
+        };
+        for (cluster, token) in held {
+            let lease = Lease {
+                holder: self.replica.id.clone(),
+                token,
+                expires_at_ms: 0,
+            };
+            match self.store.release_lease(&cluster, &lease).await {
+                Ok(true) => tracing::info!(%cluster, "cluster lease released"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%cluster, %error, "cannot release the cluster lease; it runs out by itself")
+                }
+            }
+        }
+    }
+
     /// Holds the cluster's rebalancer gate: read, change and save never interleave on this replica.
     async fn rebalancer_gate(&self, cluster: &ClusterName) -> tokio::sync::OwnedMutexGuard<()> {
         let gate = {
@@ -235,6 +258,8 @@ impl Oracle {
 
     async fn lost_lease(&self, cluster: &ClusterName) -> OracleError {
         match self.store.lease(cluster).await {
+            // Still ours, but it ran out while the work was under way: retrying takes it again.
+            Ok(Some(lease)) if lease.holder == self.replica.id => OracleError::LeaseExpired,
             Ok(Some(lease)) => OracleError::LeaseHeldElsewhere {
                 holder: lease.holder,
                 expires_at_ms: lease.expires_at_ms,

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use sqlx::Connection;
 
 use placement_oracle::cluster::ClusterName;
+use placement_oracle::store::LeaseClaim;
 
 use crate::helpers::{Backend, TestApp};
 
@@ -321,4 +322,17 @@ async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it
     }
     assert_eq!(outcome, "Completed", "{counts:?}");
     assert!(counts.values().all(|&n| n == 1_525), "{counts:?}");
+
+    // B shuts down and gives its lease up: A takes it at once, not a lease period later.
+    b.oracle.release_leases().await;
+    let LeaseClaim::Held(again) = a
+        .oracle
+        .store()
+        .claim_lease(&cluster, &a.oracle_replica(), LEASE_TTL_MS)
+        .await
+        .unwrap()
+    else {
+        panic!("the released lease is free");
+    };
+    assert!(again.token > b_lease.token);
 }
