@@ -624,7 +624,131 @@ async fn a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused(back
     assert_eq!(found[0].activation.silo, "a@1", "the grain stays");
 }
 
+async fn work_state_is_written_only_under_the_current_lease(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    assert_eq!(
+        store.work_state(&cluster(), "rebalancer").await.unwrap(),
+        None
+    );
+    let a = lease_for(&*store, "a").await;
+    let first = serde_json::json!({ "cycle": 1 });
+    assert!(store
+        .save_work_state(&cluster(), &a, "rebalancer", &first)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.work_state(&cluster(), "rebalancer").await.unwrap(),
+        Some(first.clone())
+    );
+    // A's lease runs out and B takes it: A's saves are refused and change nothing.
+    clock.advance_ms(8_001);
+    beat(&*store, "a@1").await;
+    let b = lease_for(&*store, "b").await;
+    let stale = serde_json::json!({ "cycle": 99 });
+    assert!(!store
+        .save_work_state(&cluster(), &a, "rebalancer", &stale)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.work_state(&cluster(), "rebalancer").await.unwrap(),
+        Some(first)
+    );
+    // The same holder with an old token is refused too (a replica that lost and retook it).
+    let b_again = lease_for(&*store, "b").await;
+    assert_eq!(b_again.token, b.token, "renewed, not retaken");
+    let old_token = Lease {
+        token: b.token - 1,
+        ..b.clone()
+    };
+    assert!(!store
+        .save_work_state(&cluster(), &old_token, "rebalancer", &stale)
+        .await
+        .unwrap());
+    assert!(store
+        .save_work_state(&cluster(), &b, "rebalancer", &stale)
+        .await
+        .unwrap());
+}
+
+async fn movable_activations_are_the_oldest_placed_of_movable_types(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    beat(&*store, "b@1").await;
+    let lease = lease_for(&*store, "r").await;
+    for grain in ["user/3", "order/1", "user/1", "user/2"] {
+        placed(&*store, grain, "a@1").await;
+        clock.advance_ms(10);
+    }
+    let movable = |immovable: Vec<String>, since: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .movable_activations(&cluster(), &silo("a@1"), &immovable, since, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|a| a.grain)
+                .collect::<Vec<_>>()
+        }
+    };
+    let now = START_MS + 40;
+    // Least recently placed first; an immovable type never.
+    assert_eq!(
+        movable(vec![], now).await,
+        ["user/3", "order/1", "user/1", "user/2"]
+    );
+    assert_eq!(
+        movable(vec!["order".into()], now).await,
+        ["user/3", "user/1", "user/2"]
+    );
+    // A grain with an open migration is not offered again.
+    let user3 = store
+        .lookup(&cluster(), &[GrainId::parse("grain", "user/3").unwrap()])
+        .await
+        .unwrap()[0]
+        .activation
+        .epoch;
+    let issued = store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[migration("user/3", "a@1", "b@1", user3)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(movable(vec![], now).await, ["order/1", "user/1", "user/2"]);
+    // Once moved to b, it is not offered from b until `moved_since` has passed its arrival.
+    store
+        .complete_migration(&cluster(), issued[0].id, 60_000)
+        .await
+        .unwrap();
+    let from_b = |since: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .movable_activations(&cluster(), &silo("b@1"), &[], since, 10)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(
+        from_b(START_MS).await,
+        0,
+        "it arrived after START_MS: kept where it is"
+    );
+    assert_eq!(
+        from_b(START_MS + 1_000).await,
+        1,
+        "arrived before: movable again"
+    );
+}
+
 for_both_stores!(
+    work_state_is_written_only_under_the_current_lease,
+    movable_activations_are_the_oldest_placed_of_movable_types,
     a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused,
     migrations_are_issued_only_under_the_current_lease_once_per_grain,
     completing_moves_the_entry_as_a_new_activation_or_says_why_not,
