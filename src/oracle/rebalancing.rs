@@ -109,7 +109,8 @@ impl Oracle {
         if !options.enabled {
             return Ok(None);
         }
-        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        let (mut rebalancer, stored) = self.read_rebalancer(cluster, now, &options).await?;
+        let before = rebalancer.clone();
         // Loads are read only when a cycle is due (a tick mostly finds none).
         let due = rebalancer.cycle_due(now);
         let (loads, active) = if due {
@@ -123,6 +124,9 @@ impl Oracle {
                 .carry_out(cluster, &lease, &membership, rebalancer, report)
                 .await
                 .map(Some),
+            // Written when the tick changed something (the trigger's next look), or to keep a
+            // fresh state's due time from moving with every tick; otherwise nothing is written.
+            None if stored && rebalancer == before => Ok(None),
             None => {
                 self.save(cluster, &lease, &membership, &mut rebalancer)
                     .await?;
@@ -221,17 +225,28 @@ impl Oracle {
         now: Millis,
         options: &RebalancerOptions,
     ) -> Result<Rebalancer, OracleError> {
+        Ok(self.read_rebalancer(cluster, now, options).await?.0)
+    }
+
+    /// The stored rebalancer (a fresh one when none is stored or it cannot be read), and whether
+    /// one was stored.
+    async fn read_rebalancer(
+        &self,
+        cluster: &ClusterName,
+        now: Millis,
+        options: &RebalancerOptions,
+    ) -> Result<(Rebalancer, bool), OracleError> {
         let stored = self.store.work_state(cluster, KIND).await?;
-        Ok(
-            match stored.map(crate::validation::from_stored_json::<Rebalancer>) {
-                Some(Ok(rebalancer)) => rebalancer,
-                Some(Err(error)) => {
-                    tracing::error!(%cluster, %error, "the stored rebalancer state cannot be read; starting afresh");
-                    Rebalancer::new(now, options)
-                }
-                None => Rebalancer::new(now, options),
-            },
-        )
+        let found = stored.is_some();
+        let rebalancer = match stored.map(crate::validation::from_stored_json::<Rebalancer>) {
+            Some(Ok(rebalancer)) => rebalancer,
+            Some(Err(error)) => {
+                tracing::error!(%cluster, %error, "the stored rebalancer state cannot be read; starting afresh");
+                Rebalancer::new(now, options)
+            }
+            None => Rebalancer::new(now, options),
+        };
+        Ok((rebalancer, found))
     }
 
     /// Stores the state under the lease, keeping only the tallies of silos still in the
