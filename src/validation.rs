@@ -65,6 +65,23 @@ impl Violations {
     }
 }
 
+/// Largest page a list answers (`limit`), and the page it answers without one.
+pub const MAX_PAGE: u32 = 1_000;
+pub const DEFAULT_PAGE: u32 = 100;
+
+/// A list's page size: `limit` if given and from 1 to [`MAX_PAGE`], else [`DEFAULT_PAGE`].
+pub fn page_limit(limit: Option<u32>) -> Result<u32, Invalid> {
+    let limit = limit.unwrap_or(DEFAULT_PAGE);
+    if (1..=MAX_PAGE).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(Invalid::one(
+            "limit",
+            format!("must be from 1 to {MAX_PAGE}, got {limit}"),
+        ))
+    }
+}
+
 /// The largest integer a JSON number carries exactly in every client language (2^53 − 1).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 

@@ -14,10 +14,6 @@ use crate::cluster::{ClusterName, GrainId, SiloId};
 use crate::store::Activation;
 use crate::validation::{self, Invalid, MAX_SAFE_INTEGER};
 
-/// Largest page of a silo's activations.
-const MAX_PAGE: u32 = 1_000;
-const DEFAULT_PAGE: u32 = 100;
-
 /// A grain's activation.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ActivationResponse {
@@ -181,14 +177,7 @@ pub async fn list_activations(
 ) -> Result<Json<ActivationPage>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &query.silo)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Invalid::one(
-            "limit",
-            format!("must be from 1 to {MAX_PAGE}, got {limit}"),
-        )
-        .into());
-    }
+    let limit = validation::page_limit(query.limit)?;
     if let Some(cursor) = &query.cursor {
         // Any printable grain id up to the longest ever stored (1024, before ids were limited to
         // 400 characters), so that paging goes past an older, longer id it answered as a cursor.

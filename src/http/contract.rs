@@ -374,7 +374,7 @@ fn parameter_rule(name: &str, path: &str) -> Option<Value> {
         "cursor" if path.ends_with("/migrations") => range(0, MAX_SAFE_INTEGER),
         "id" => range(1, MAX_SAFE_INTEGER),
         "cursor" => label(crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS),
-        "limit" => range(1, 1_000),
+        "limit" => range(1, u64::from(crate::validation::MAX_PAGE)),
         "epoch" => range(1, MAX_SAFE_INTEGER),
         "If-Match" => json!({"pattern": r#"^(\*|(W/)?"[0-9]{1,18}")$"#}),
         _ => return None,

@@ -457,7 +457,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 }
                 "put_policy" => "0 is less than the minimum of 1",
                 "put_pool" => "86400 is greater than the maximum of 3600",
-                "list_silos" | "list_activations" | "list_migrations" => "must be from 1 to 1000",
+                "list_silos" | "list_activations" | "list_migrations" => "must be from 1 to 1000, got 0",
                 "delete_activation" => "missing field `epoch`",
                 "post_suspend" => "0 is less than the minimum of 1",
                 _ => "must match [a-z0-9][a-z0-9-]{0,62}: lower-case letters, digits and '-', starting with a letter or digit, at most 63 characters",

@@ -17,11 +17,7 @@ use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::cluster::{ClusterName, SiloId};
 use crate::store::Migration;
-use crate::validation::Invalid;
-
-/// Largest page of migrations.
-const MAX_PAGE: u32 = 1_000;
-const DEFAULT_PAGE: u32 = 100;
+use crate::validation::{self, Invalid};
 
 /// Which silo's migrations, and where to resume.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -82,14 +78,7 @@ pub async fn list_migrations(
 ) -> Result<Json<MigrationPage>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &query.silo)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Invalid::one(
-            "limit",
-            format!("must be from 1 to {MAX_PAGE}, got {limit}"),
-        )
-        .into());
-    }
+    let limit = validation::page_limit(query.limit)?;
     if query.cursor.is_some_and(|c| c < 0) {
         return Err(Invalid::one("cursor", "must be a migration id (0 or more)").into());
     }

@@ -12,7 +12,7 @@ use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::cluster::{ClusterName, LoadReport, SiloId, SiloStatus};
 use crate::oracle::SiloSnapshot;
-use crate::validation::Invalid;
+use crate::validation;
 
 /// Smoothed load: the dual-mode Kalman filter's output over the silo's heartbeats.
 #[derive(Debug, Serialize, ToSchema)]
@@ -99,10 +99,6 @@ pub struct SiloListResponse {
     pub next_cursor: Option<String>,
 }
 
-/// Largest page of silos.
-const MAX_PAGE: u32 = 1_000;
-const DEFAULT_PAGE: u32 = 100;
-
 /// Which page of silos.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -147,10 +143,7 @@ pub async fn list_silos(
     ApiQuery(query): ApiQuery<SiloListQuery>,
 ) -> Result<Json<SiloListResponse>, ApiError> {
     let cluster = ClusterName::parse(&cluster)?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Invalid::one("limit", format!("must be from 1 to {MAX_PAGE}")).into());
-    }
+    let limit = validation::page_limit(query.limit)?;
     let cursor = query
         .cursor
         .as_deref()
