@@ -10,7 +10,7 @@
 //! load on one silo, and 100 silos with counts drawn from a seeded Pareto-like spread. A run stops
 //! when the session completes, stops (stagnant) or after 200 cycles.
 
-use placement_oracle::rebalancer::plan::ideal_counts;
+use placement_oracle::rebalancer::plan::{apply_moves, ideal_counts, measure};
 use placement_oracle::rebalancer::{CycleOutcome, Rebalancer, RebalancerOptions, SiloLoad};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -57,26 +57,15 @@ fn converge(counts: &[u64], compat: bool) -> Run {
         let report =
             rebalancer.run_cycle(i64::from(cycles) * 15_000, &options, &loads, loads.len());
         cycles += 1;
-        for m in &report.moves {
-            loads
-                .iter_mut()
-                .find(|l| l.silo == m.from)
-                .unwrap()
-                .activations -= m.count;
-            loads
-                .iter_mut()
-                .find(|l| l.silo == m.to)
-                .unwrap()
-                .activations += m.count;
-            moved += m.count;
-        }
+        apply_moves(&mut loads, &report.moves);
+        moved += report.moves.iter().map(|m| m.count).sum::<u64>();
         if report.outcome != CycleOutcome::Migrated && report.outcome != CycleOutcome::Stagnant
             || cycles == MAX_CYCLES
         {
             break report.outcome;
         }
     };
-    let measured = placement_oracle::rebalancer::plan::measure(&loads, loads.len());
+    let measured = measure(&loads, loads.len());
     let counts: Vec<u64> = loads.iter().map(|l| l.activations).collect();
     Run {
         cycles,

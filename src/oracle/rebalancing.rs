@@ -6,6 +6,7 @@ use super::{Oracle, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::policy::{Immovable, Policy};
+use crate::rebalancer::plan::apply_moves;
 use crate::rebalancer::{CycleReport, Move, Rebalancer, RebalancerOptions, SiloLoad};
 use crate::store::{Lease, LeaseClaim, Membership, Migration, MigrationReason, NewMigration};
 use crate::telemetry::metric;
@@ -20,6 +21,14 @@ const MAX_MOVE: u64 = 10_000;
 pub struct RebalancerCycle {
     pub report: CycleReport,
     pub migrations: Vec<Migration>,
+}
+
+/// An operator's request in progress; the gate is held until it is dropped.
+struct Request {
+    _gate: tokio::sync::OwnedMutexGuard<()>,
+    lease: Lease,
+    membership: Membership,
+    rebalancer: Rebalancer,
 }
 
 /// The rebalancer of a cluster, as `GET …/rebalancer` shows it.
@@ -55,11 +64,13 @@ impl Oracle {
         &self,
         cluster: &ClusterName,
     ) -> Result<RebalancerCycle, OracleError> {
-        let _gate = self.rebalancer_gate(cluster).await;
-        let lease = self.lease_for_request(cluster).await?;
-        let membership = self.read_membership(cluster).await?;
+        let Request {
+            _gate,
+            lease,
+            membership,
+            mut rebalancer,
+        } = self.for_request(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
-        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
         let (loads, active) = self.loads(cluster, &membership).await?;
         let report = rebalancer.run_cycle(now, &options, &loads, active);
         self.carry_out(cluster, &lease, &membership, rebalancer, report)
@@ -140,11 +151,13 @@ impl Oracle {
         cluster: &ClusterName,
         change: impl FnOnce(&mut Rebalancer, Millis),
     ) -> Result<RebalancerStatus, OracleError> {
-        let _gate = self.rebalancer_gate(cluster).await;
-        let lease = self.lease_for_request(cluster).await?;
-        let membership = self.read_membership(cluster).await?;
+        let Request {
+            _gate,
+            lease,
+            membership,
+            mut rebalancer,
+        } = self.for_request(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
-        let mut rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
         change(&mut rebalancer, now);
         self.save(cluster, &lease, &membership, &mut rebalancer)
             .await?;
@@ -153,6 +166,22 @@ impl Oracle {
             now,
             lease: Some(lease),
             options,
+        })
+    }
+
+    /// What an operator's request works on: this replica's gate for the cluster, the lease, a
+    /// fresh membership and the stored rebalancer.
+    async fn for_request(&self, cluster: &ClusterName) -> Result<Request, OracleError> {
+        let gate = self.rebalancer_gate(cluster).await;
+        let lease = self.lease_for_request(cluster).await?;
+        let membership = self.read_membership(cluster).await?;
+        let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
+        let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
+        Ok(Request {
+            _gate: gate,
+            lease,
+            membership,
+            rebalancer,
         })
     }
 
@@ -416,14 +445,14 @@ impl Oracle {
                 })
             })
             .collect();
-        for (from, to, n) in self.store.open_migration_counts(cluster).await? {
-            if let Some(load) = loads.iter_mut().find(|l| l.silo == from) {
-                load.activations = load.activations.saturating_sub(n);
-            }
-            if let Some(load) = loads.iter_mut().find(|l| l.silo == to) {
-                load.activations += n;
-            }
-        }
+        let pending: Vec<Move> = self
+            .store
+            .open_migration_counts(cluster)
+            .await?
+            .into_iter()
+            .map(|(from, to, count)| Move { from, to, count })
+            .collect();
+        apply_moves(&mut loads, &pending);
         Ok((loads, active.len()))
     }
 }

@@ -124,6 +124,18 @@ pub fn orleans_moves(
     moves
 }
 
+/// The counts after `moves` are carried out (each silo's completing its migrations).
+pub fn apply_moves(loads: &mut [SiloLoad], moves: &[Move]) {
+    for m in moves {
+        if let Some(from) = loads.iter_mut().find(|l| l.silo == m.from) {
+            from.activations = from.activations.saturating_sub(m.count);
+        }
+        if let Some(to) = loads.iter_mut().find(|l| l.silo == m.to) {
+            to.activations += m.count;
+        }
+    }
+}
+
 /// Each silo's ideal count, whole numbers that sum to the activations measured: in proportion
 /// to `1 ÷ memory` (a silo using twice the memory should hold half the activations — Orleans'
 /// intended formula, with the harmonic mean of memory), or equal shares when some silo reports

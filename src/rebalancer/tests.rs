@@ -19,22 +19,6 @@ fn cluster(counts: &[u64], memory: Option<f64>) -> Vec<SiloLoad> {
         .collect()
 }
 
-/// Applies a cycle's moves to the counts, as silos completing their migrations would.
-fn apply(loads: &mut [SiloLoad], moves: &[Move]) {
-    for m in moves {
-        loads
-            .iter_mut()
-            .find(|l| l.silo == m.from)
-            .unwrap()
-            .activations -= m.count;
-        loads
-            .iter_mut()
-            .find(|l| l.silo == m.to)
-            .unwrap()
-            .activations += m.count;
-    }
-}
-
 fn compat() -> RebalancerOptions {
     RebalancerOptions {
         orleans_compat: true,
@@ -123,7 +107,7 @@ fn compat_mode_reproduces_the_orleans_trace() {
             .map(|m| (m.from.as_str(), m.to.as_str(), m.count))
             .collect();
         assert_eq!(&planned, moves, "cycle {}", i + 1);
-        apply(&mut loads, &report.moves);
+        plan::apply_moves(&mut loads, &report.moves);
         let counts: Vec<u64> = loads.iter().map(|l| l.activations).collect();
         assert_eq!(counts, after, "cycle {}", i + 1);
     }
@@ -147,7 +131,7 @@ fn the_oracles_planner_balances_a_skewed_cluster_in_one_cycle_with_the_fewest_mo
     assert_eq!(first.outcome, CycleOutcome::Migrated);
     // Ideal 1525 each: the minimum is (3000 − 1525) + (1800 − 1525) = 1750 moves.
     assert_eq!(first.moves.iter().map(|m| m.count).sum::<u64>(), 1_750);
-    apply(&mut loads, &first.moves);
+    plan::apply_moves(&mut loads, &first.moves);
     assert!(loads.iter().all(|l| l.activations == 1_525));
     let second = rebalancer.run_cycle(15_000, &options, &loads, 4);
     assert_eq!(second.outcome, CycleOutcome::Completed);
@@ -178,7 +162,7 @@ fn a_limited_planner_needs_more_cycles_and_each_narrows_the_gap() {
         );
         deviation = report.deviation;
         assert!(report.moves.iter().map(|m| m.count).sum::<u64>() <= 700);
-        apply(&mut loads, &report.moves);
+        plan::apply_moves(&mut loads, &report.moves);
     }
     // 1750 moves at 700 per cycle: three cycles of moves, then the one that finds it balanced.
     assert_eq!(cycles, 4);
