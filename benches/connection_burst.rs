@@ -33,6 +33,7 @@ fn node(i: usize) -> SiloRecord {
             smoothing: Smoothing::default(),
             first_seen_ms: 0,
         },
+        drained_at_ms: None,
     }
 }
 

@@ -51,6 +51,7 @@ fn silo(i: usize) -> SiloRecord {
             },
             first_seen_ms: 0,
         },
+        drained_at_ms: None,
     }
 }
 

@@ -16,10 +16,10 @@
 //! - [`store`]: the storage interface with its Postgres and in-memory implementations.
 //! - [`connect`]: SmartConnect-style connection rules (pure); [`dns`]: the DNS listener, a thin
 //!   shell beside `http` that answers pools over DNS.
-//! - [`background`]: every periodic task of a replica (the membership sweep), started and stopped
-//!   together.
+//! - [`background`]: every periodic task of a replica (the membership sweep, the movers' driver),
+//!   started and stopped together.
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
-//!   sessions).
+//!   sessions); [`drain`]: where a drained silo's grains go (pure).
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -33,6 +33,7 @@ pub mod cluster;
 pub mod config;
 pub mod connect;
 pub mod dns;
+pub mod drain;
 pub mod http;
 pub mod oracle;
 pub mod placement;
@@ -132,8 +133,8 @@ pub async fn serve(
     }
     let sweeper = background::run_sweeper(oracle.clone(), background.stopping());
     background.spawn("sweeper", sweeper);
-    let rebalancer = background::run_rebalancer(oracle.clone(), background.stopping());
-    background.spawn("rebalancer", rebalancer);
+    let movers = background::run_movers(oracle.clone(), background.stopping());
+    background.spawn("movers", movers);
 
     let address = listener.local_addr()?;
     tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");

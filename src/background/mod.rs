@@ -1,12 +1,13 @@
 //! Every periodic task of a replica, in one place, started and stopped together: the membership
-//! sweep, the rebalancer's driver, the DNS listener beside them, and the repartitioner to come.
+//! sweep, the movers' driver (drains and the rebalancer, the repartitioner to come), and the DNS
+//! listener beside them.
 //!
 //! [`Background::stop`] signals every task and waits for each to finish its current step; `serve`
 //! calls it whether serving ended by a shutdown signal or by an error. Dropping a [`Background`]
 //! without stopping it still signals the tasks (they finish on their own), so no path leaves them
 //! running unasked.
 
-mod rebalancer;
+mod movers;
 mod sweeper;
 
 use std::future::Future;
@@ -14,7 +15,7 @@ use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use rebalancer::{run_rebalancer, REBALANCER_TICK};
+pub use movers::{run_movers, MOVERS_TICK};
 pub use sweeper::{run_sweeper, SWEEP_INTERVAL};
 
 /// The replica's background tasks.

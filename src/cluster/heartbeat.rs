@@ -63,6 +63,7 @@ pub fn apply(
     liveness: &Liveness,
 ) -> Result<SiloRecord, HeartbeatRejection> {
     let now = liveness.now;
+    let drained_at_ms = previous.and_then(|p| p.drained_at_ms);
     let (mut smoothing, first_seen_ms, heartbeat_count, stamp) = match previous {
         None => (Smoothing::default(), now, 1, now),
         Some(previous) => {
@@ -74,7 +75,10 @@ pub fn apply(
                     silo_ttl_ms: liveness.silo_ttl_ms,
                 });
             }
-            if lifecycle_rank(heartbeat.status) < lifecycle_rank(current) {
+            // A drained silo is kept shutting down (below) whatever it says: the operator's
+            // request stands over a silo that does not know of it yet.
+            if drained_at_ms.is_none() && lifecycle_rank(heartbeat.status) < lifecycle_rank(current)
+            {
                 return Err(HeartbeatRejection::StatusRegression {
                     silo: heartbeat.silo.to_string(),
                     from: current.as_str(),
@@ -90,9 +94,13 @@ pub fn apply(
         }
     };
     smoothing.observe(&heartbeat.load);
+    let status = match drained_at_ms {
+        Some(_) => SiloStatus::ShuttingDown,
+        None => heartbeat.status,
+    };
     Ok(SiloRecord {
         id: heartbeat.silo.clone(),
-        status: heartbeat.status,
+        status,
         last_heartbeat_ms: stamp,
         heartbeat_count,
         profile: SiloProfile {
@@ -104,6 +112,7 @@ pub fn apply(
             smoothing,
             first_seen_ms,
         },
+        drained_at_ms,
     })
 }
 
@@ -170,6 +179,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(second.last_heartbeat_ms, 5_000);
+    }
+
+    #[test]
+    fn a_drained_silo_stays_shutting_down_whatever_it_reports() {
+        let active = apply(&heartbeat(SiloStatus::Active, 1.0), None, &at(0)).unwrap();
+        let drained = SiloRecord {
+            status: SiloStatus::ShuttingDown,
+            drained_at_ms: Some(500),
+            ..active
+        };
+        let next = apply(
+            &heartbeat(SiloStatus::Active, 2.0),
+            Some(&drained),
+            &at(1_000),
+        )
+        .unwrap();
+        assert_eq!(next.status, SiloStatus::ShuttingDown);
+        assert_eq!(next.drained_at_ms, Some(500));
+        assert_eq!(
+            next.profile.load.cpu_usage,
+            Some(2.0),
+            "its load is still taken"
+        );
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct SiloRecord {
     pub last_heartbeat_ms: Millis,
     pub heartbeat_count: i64,
     pub profile: SiloProfile,
+    /// When an operator asked for the silo to be drained (`POST …/silos/{silo}/drain`), on the
+    /// store's clock. A drained silo stays `shutting_down` whatever it reports afterwards: it takes
+    /// no new activations while its grains move away.
+    pub drained_at_ms: Option<Millis>,
 }
 
 impl SiloRecord {

@@ -321,6 +321,12 @@ impl From<OracleError> for ApiError {
                 "Another replica runs this cluster's background work",
                 detail,
             ),
+            OracleError::SiloDead(_) => Self::new(
+                StatusCode::CONFLICT,
+                "silo-dead",
+                "The silo is dead",
+                detail,
+            ),
             OracleError::MigrationRefused { .. } => Self::new(
                 StatusCode::CONFLICT,
                 "migration-refused",
@@ -395,11 +401,13 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
             }
             .into(),
             "complete_migration" | "fail_migration" => OracleError::MigrationNotFound(17).into(),
-            "get_silo" | "delete_silo" | "list_activations" => OracleError::SiloNotFound {
-                cluster: "demo".into(),
-                silo,
+            "get_silo" | "delete_silo" | "drain_silo" | "list_activations" => {
+                OracleError::SiloNotFound {
+                    cluster: "demo".into(),
+                    silo,
+                }
+                .into()
             }
-            .into(),
             "healthz" | "readyz" | "metrics" => ApiError::from_status(StatusCode::NOT_FOUND),
             _ => OracleError::ClusterNotFound("demo".into()).into(),
         },
@@ -424,6 +432,7 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
                 }
                 .into()
             }
+            "drain_silo" => OracleError::SiloDead(silo).into(),
             "complete_migration" => OracleError::MigrationRefused {
                 id: 17,
                 why: "grain `user/alice` is now activation 9 on `10.0.0.7:11111@1`, not activation 8 on `10.0.0.5:11111@1`".into(),

@@ -9,6 +9,7 @@ pub mod extract;
 mod middleware;
 
 mod activations;
+mod drains;
 mod heartbeats;
 mod migrations;
 mod ops;
@@ -93,6 +94,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(heartbeats::post_heartbeat))
         .routes(routes!(silos::list_silos))
         .routes(routes!(silos::get_silo, silos::delete_silo))
+        .routes(routes!(drains::drain_silo))
         .routes(routes!(placements::post_placement))
         .routes(routes!(placements::post_placement_batch))
         .routes(routes!(policy::get_policy, policy::put_policy))

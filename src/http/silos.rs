@@ -1,4 +1,5 @@
 //! Membership: `GET /v1/clusters/{cluster}/silos`, `GET` and `DELETE …/silos/{silo}`.
+//! (Draining a silo is in [`super::drains`].)
 
 use std::collections::BTreeMap;
 
@@ -56,6 +57,23 @@ pub struct SiloResponse {
     /// The cluster's silence limit: heartbeat well within it.
     #[schema(example = 10000)]
     pub silo_ttl_ms: i64,
+    /// The drain's progress while the silo is drained (`POST …/drain`) and alive; null otherwise.
+    pub drain: Option<DrainProgress>,
+}
+
+/// How far a silo's drain has got. It is done when `remaining_activations` is 0; activations that
+/// stay are of immovable types (`immovable: any`) or of types no other silo can take.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DrainProgress {
+    /// When the drain was asked for, ms since the Unix epoch (the store's clock).
+    #[schema(example = 1_764_547_200_000_i64)]
+    pub requested_at_ms: i64,
+    /// Activations still on the silo.
+    #[schema(example = 120)]
+    pub remaining_activations: u64,
+    /// Of those, how many have an open migration (see `GET …/migrations?silo=`).
+    #[schema(example = 118)]
+    pub migrating: u64,
 }
 
 impl From<&SiloSnapshot> for SiloResponse {
@@ -85,6 +103,11 @@ impl From<&SiloSnapshot> for SiloResponse {
             first_seen_at_ms: profile.first_seen_ms,
             heartbeat_count: record.heartbeat_count,
             silo_ttl_ms: snapshot.liveness.silo_ttl_ms,
+            drain: snapshot.drain.map(|drain| DrainProgress {
+                requested_at_ms: drain.requested_at_ms,
+                remaining_activations: drain.remaining_activations,
+                migrating: drain.migrating,
+            }),
         }
     }
 }

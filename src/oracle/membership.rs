@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Oracle, OracleError};
+use super::{DrainProgress, Oracle, OracleError};
 use crate::cluster::silo::changes_membership;
 use crate::cluster::{heartbeat, ClusterName, Heartbeat, Liveness, SiloId, SiloRecord, SiloStatus};
 use crate::store::Departure;
@@ -13,6 +13,8 @@ use crate::telemetry::metric;
 pub struct SiloSnapshot {
     pub record: SiloRecord,
     pub liveness: Liveness,
+    /// How far its drain has got, when it is drained and alive.
+    pub drain: Option<DrainProgress>,
 }
 
 impl SiloSnapshot {
@@ -55,7 +57,12 @@ impl Oracle {
                 if membership_changed.load(Ordering::Relaxed) {
                     self.forget_membership(cluster);
                 }
-                Ok(SiloSnapshot { record, liveness })
+                let snapshot = SiloSnapshot {
+                    record,
+                    liveness,
+                    drain: None,
+                };
+                self.with_drain_progress(cluster, snapshot).await
             }
             Err(rejection) => {
                 metric::heartbeat("rejected");
@@ -81,14 +88,16 @@ impl Oracle {
             .then(|| page.silos.last().map(|s| s.id.to_string()))
             .flatten();
         let liveness = page.liveness;
-        Ok(SiloListing {
-            silos: page
-                .silos
-                .into_iter()
-                .map(|record| SiloSnapshot { record, liveness })
-                .collect(),
-            next_cursor,
-        })
+        let mut silos = Vec::with_capacity(page.silos.len());
+        for record in page.silos {
+            let snapshot = SiloSnapshot {
+                record,
+                liveness,
+                drain: None,
+            };
+            silos.push(self.with_drain_progress(cluster, snapshot).await?);
+        }
+        Ok(SiloListing { silos, next_cursor })
     }
 
     /// One silo.
@@ -103,7 +112,14 @@ impl Oracle {
             .await
             .inspect_err(|_| metric::store_error("silo"))?
         {
-            Some((record, liveness)) => Ok(SiloSnapshot { record, liveness }),
+            Some((record, liveness)) => {
+                let snapshot = SiloSnapshot {
+                    record,
+                    liveness,
+                    drain: None,
+                };
+                self.with_drain_progress(cluster, snapshot).await
+            }
             None => Err(OracleError::SiloNotFound {
                 cluster: cluster.to_string(),
                 silo: silo.to_string(),

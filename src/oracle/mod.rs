@@ -5,8 +5,11 @@
 mod batcher;
 mod connections;
 mod directory;
+mod draining;
+mod leases;
 mod membership;
 mod migrations;
+mod movers;
 mod rebalancing;
 mod sweeper;
 mod webhook;
@@ -21,8 +24,10 @@ use rand_chacha::ChaCha8Rng;
 
 pub use connections::{Connection, ConnectionExplanation};
 pub use directory::{Outcome, Page, PlaceRequest, Placement};
+pub use draining::{DrainProgress, Drained};
 pub use membership::{SiloListing, SiloSnapshot};
 pub use migrations::{MigrationListing, Moved};
+pub use movers::DriverStep;
 pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
@@ -58,6 +63,8 @@ pub enum OracleError {
     ClusterNotFound(String),
     #[error("silo `{silo}` is not a member of cluster `{cluster}`")]
     SiloNotFound { cluster: String, silo: String },
+    #[error("silo `{0}` is dead: its activations were released, so there is nothing to drain")]
+    SiloDead(String),
     #[error("grain `{0}` has no activation")]
     ActivationNotFound(String),
     #[error("grain `{grain}` is now activation {epoch} on silo `{silo}`, not the one named; nothing was removed")]
@@ -115,9 +122,8 @@ pub struct Oracle {
     replica: Replica,
     /// The token of each cluster lease this replica last held, to count takeovers.
     lease_tokens: Mutex<HashMap<ClusterName, i64>>,
-    /// One change of a cluster's rebalancer state at a time on this replica (the driver and
-    /// operators' requests share the lease's token, so the fence alone cannot order them).
-    rebalancer_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
+    /// One mover of a cluster at a time on this replica (see `mover_gate`).
+    mover_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Who this replica is to cluster leases.
@@ -185,7 +191,7 @@ impl Oracle {
             pool_states: Mutex::default(),
             replica: Replica::default(),
             lease_tokens: Mutex::default(),
-            rebalancer_gates: Mutex::default(),
+            mover_gates: Mutex::default(),
         }
     }
 

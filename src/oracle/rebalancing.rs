@@ -5,10 +5,10 @@
 use super::{Oracle, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
-use crate::policy::{Immovable, Policy};
+use crate::policy::Immovable;
 use crate::rebalancer::plan::apply_moves;
 use crate::rebalancer::{CycleReport, Move, Rebalancer, RebalancerOptions, SiloLoad};
-use crate::store::{Lease, LeaseClaim, Membership, Migration, MigrationReason, NewMigration};
+use crate::store::{Lease, Membership, Migration, MigrationReason, NewMigration};
 use crate::telemetry::metric;
 
 /// The work-state kind the rebalancer is stored under.
@@ -98,25 +98,15 @@ impl Oracle {
         .await
     }
 
-    /// The background driver's step for one cluster: keeps the lease while the rebalancer is
-    /// enabled, cancels migrations that can no longer apply, and runs whatever cycle is due.
-    /// Nothing when another replica holds the lease.
-    pub async fn drive_rebalancer(
+    /// The movers' driver's rebalancer step, under the lease and the gate: runs whatever cycle
+    /// is due (when the rebalancer is enabled).
+    pub(super) async fn rebalancer_step(
         &self,
         cluster: &ClusterName,
+        lease: &Lease,
+        membership: &Membership,
     ) -> Result<Option<RebalancerCycle>, OracleError> {
-        let claim = self
-            .store
-            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
-            .await?;
-        let LeaseClaim::Held(lease) = claim else {
-            return Ok(None);
-        };
-        self.note_lease(cluster, &lease);
-        let _gate = self.rebalancer_gate(cluster).await;
-        let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
-        self.cancel_stale(cluster, &membership.policy).await?;
         if !options.enabled {
             return Ok(None);
         }
@@ -125,21 +115,21 @@ impl Oracle {
         // Loads are read only when a cycle is due (a tick mostly finds none).
         let due = rebalancer.cycle_due(now);
         let (loads, active) = if due {
-            self.loads(cluster, &membership).await?
+            self.loads(cluster, membership).await?
         } else {
             (Vec::new(), 0)
         };
         let report = rebalancer.tick(now, &options, || (loads, active));
         match report {
             Some(report) => self
-                .carry_out(cluster, &lease, &membership, rebalancer, report)
+                .carry_out(cluster, lease, membership, rebalancer, report)
                 .await
                 .map(Some),
             // Written when the tick changed something (the trigger's next look), or to keep a
             // fresh state's due time from moving with every tick; otherwise nothing is written.
             None if stored && rebalancer == before => Ok(None),
             None => {
-                self.save(cluster, &lease, &membership, &mut rebalancer)
+                self.save(cluster, lease, membership, &mut rebalancer)
                     .await?;
                 Ok(None)
             }
@@ -172,7 +162,7 @@ impl Oracle {
     /// What an operator's request works on: this replica's gate for the cluster, the lease, a
     /// fresh membership and the stored rebalancer.
     async fn for_request(&self, cluster: &ClusterName) -> Result<Request, OracleError> {
-        let gate = self.rebalancer_gate(cluster).await;
+        let gate = self.mover_gate(cluster).await;
         let lease = self.lease_for_request(cluster).await?;
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
@@ -183,69 +173,6 @@ impl Oracle {
             membership,
             rebalancer,
         })
-    }
-
-    /// The lease for an operator's request: taken or renewed here, or an error naming the
-    /// replica that holds it.
-    async fn lease_for_request(&self, cluster: &ClusterName) -> Result<Lease, OracleError> {
-        match self
-            .store
-            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
-            .await?
-        {
-            LeaseClaim::Held(lease) => {
-                self.note_lease(cluster, &lease);
-                Ok(lease)
-            }
-            LeaseClaim::HeldByOther(lease) => Err(OracleError::LeaseHeldElsewhere {
-                holder: lease.holder,
-                expires_at_ms: lease.expires_at_ms,
-            }),
-            LeaseClaim::NoCluster => Err(OracleError::ClusterNotFound(cluster.to_string())),
-        }
-    }
-
-    /// Gives up every cluster lease this replica holds, so that another replica carries on at
-    /// once instead of after the lease runs out (called when the replica shuts down).
-    pub async fn release_leases(&self) {
-        let held: Vec<(ClusterName, i64)> = {
-            let tokens = self.lease_tokens.lock().unwrap_or_else(|e| e.into_inner());
-            tokens.iter().map(|(c, t)| (c.clone(), *t)).collect()
-        };
-        for (cluster, token) in held {
-            let lease = Lease {
-                holder: self.replica.id.clone(),
-                token,
-                expires_at_ms: 0,
-            };
-            match self.store.release_lease(&cluster, &lease).await {
-                Ok(true) => tracing::info!(%cluster, "cluster lease released"),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(%cluster, %error, "cannot release the cluster lease; it runs out by itself")
-                }
-            }
-        }
-    }
-
-    /// Holds the cluster's rebalancer gate: read, change and save never interleave on this replica.
-    async fn rebalancer_gate(&self, cluster: &ClusterName) -> tokio::sync::OwnedMutexGuard<()> {
-        let gate = {
-            let mut gates = self
-                .rebalancer_gates
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            gates.entry(cluster.clone()).or_default().clone()
-        };
-        gate.lock_owned().await
-    }
-
-    /// Counts a lease this replica took with a new token (a takeover, or its first).
-    fn note_lease(&self, cluster: &ClusterName, lease: &Lease) {
-        let mut tokens = self.lease_tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if tokens.insert(cluster.clone(), lease.token) != Some(lease.token) {
-            metric::lease_taken();
-        }
     }
 
     async fn stored_rebalancer(
@@ -300,19 +227,6 @@ impl Oracle {
         }
     }
 
-    async fn lost_lease(&self, cluster: &ClusterName) -> OracleError {
-        match self.store.lease(cluster).await {
-            // Still ours, but it ran out while the work was under way: retrying takes it again.
-            Ok(Some(lease)) if lease.holder == self.replica.id => OracleError::LeaseExpired,
-            Ok(Some(lease)) => OracleError::LeaseHeldElsewhere {
-                holder: lease.holder,
-                expires_at_ms: lease.expires_at_ms,
-            },
-            Ok(None) => OracleError::ClusterNotFound(cluster.to_string()),
-            Err(error) => error.into(),
-        }
-    }
-
     /// Issues the report's moves as migrations (fenced by the lease), then stores the state.
     async fn carry_out(
         &self,
@@ -323,7 +237,9 @@ impl Oracle {
         report: CycleReport,
     ) -> Result<RebalancerCycle, OracleError> {
         let options = membership.policy.rebalancer;
-        let immovable = immovable_types(&membership.policy);
+        let immovable = membership
+            .policy
+            .immovable_types(Immovable::keeps_from_rebalancer);
         let view = membership.view();
         // Never a grain a migration brought in the last cycle period.
         let moved_since =
@@ -398,21 +314,6 @@ impl Oracle {
             .await?;
         Ok(RebalancerCycle { report, migrations })
     }
-
-    async fn cancel_stale(
-        &self,
-        cluster: &ClusterName,
-        policy: &Policy,
-    ) -> Result<(), OracleError> {
-        let cancelled = self
-            .store
-            .cancel_stale_migrations(cluster, policy.migration_ttl_ms())
-            .await?;
-        for migration in &cancelled {
-            metric::migrations(migration.reason.as_str(), "cancelled", 1);
-        }
-        Ok(())
-    }
 }
 
 impl Oracle {
@@ -455,14 +356,4 @@ impl Oracle {
         apply_moves(&mut loads, &pending);
         Ok((loads, active.len()))
     }
-}
-
-/// Grain types the rebalancer must leave alone.
-fn immovable_types(policy: &Policy) -> Vec<String> {
-    policy
-        .grain_types
-        .iter()
-        .filter(|(_, p)| matches!(p.immovable, Immovable::Rebalancer | Immovable::Any))
-        .map(|(grain_type, _)| grain_type.clone())
-        .collect()
 }

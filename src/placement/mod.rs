@@ -526,6 +526,7 @@ pub(crate) mod testing {
                 smoothing: Smoothing::default(),
                 first_seen_ms: 0,
             },
+            drained_at_ms: None,
         }
     }
 

@@ -7,8 +7,10 @@ use utoipa::ToSchema;
 use crate::placement::filters::Filter;
 use crate::placement::{Strategy, StrategyOptions};
 
-/// Which background movers must leave a grain type's activations where they are (Orleans
-/// `[Immovable]`). Placement itself ignores it; the rebalancer and repartitioner honour it.
+/// Which movers must leave a grain type's activations where they are (Orleans `[Immovable]`).
+/// Placement itself ignores it; the rebalancer and repartitioner honour their kinds; a drain
+/// honours only `any` (the silo is about to stop, and `rebalancer` or `repartitioner` only keep
+/// those movers off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Immovable {
@@ -17,6 +19,18 @@ pub enum Immovable {
     Repartitioner,
     Rebalancer,
     Any,
+}
+
+impl Immovable {
+    /// Whether the rebalancer must leave the type alone.
+    pub fn keeps_from_rebalancer(self) -> bool {
+        matches!(self, Immovable::Rebalancer | Immovable::Any)
+    }
+
+    /// Whether a drain must leave the type alone.
+    pub fn keeps_from_drain(self) -> bool {
+        self == Immovable::Any
+    }
 }
 
 /// Overrides for one grain type.

@@ -138,6 +138,15 @@ impl Policy {
         warnings
     }
 
+    /// The grain types whose `immovable` setting `keeps` from a mover.
+    pub fn immovable_types(&self, keeps: fn(Immovable) -> bool) -> Vec<String> {
+        self.grain_types
+            .iter()
+            .filter(|(_, p)| keeps(p.immovable))
+            .map(|(grain_type, _)| grain_type.clone())
+            .collect()
+    }
+
     /// How long a migration may stay open, in milliseconds.
     pub fn migration_ttl_ms(&self) -> i64 {
         self.migration_ttl_ms.unwrap_or(DEFAULT_MIGRATION_TTL_MS) as i64

@@ -311,6 +311,15 @@ pub trait MembershipStore: Send + Sync + 'static {
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError>;
 
+    /// Marks the silo drained (once: the first request's time stays) and `shutting_down`, unless
+    /// it is marked dead; returns it as it is now (dead ones too, so the caller can say so), or
+    /// `None` when the cluster or the silo is unknown.
+    async fn drain_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError>;
+
     /// Declares every silo silent past its cluster's TTL dead, and forgets silos dead for longer
     /// than [`DEAD_SILO_RETENTION_MS`] whose entries are all released (keeping their retired
     /// generation). Idempotent; replicas may race on it.
@@ -420,9 +429,6 @@ pub trait DirectoryStore: Send + Sync + 'static {
 /// The cluster policy, versioned (it is read with the membership).
 #[async_trait]
 pub trait PolicyStore: Send + Sync + 'static {
-    /// The clusters whose policy enables the rebalancer.
-    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError>;
-
     /// Replaces the cluster's policy if its version is `expected` (`None`: whatever it is),
     /// creating the cluster if needed (a cluster never written has version 0). `Ok(new version)`,
     /// or `Err(current version)` when another writer got there first.
@@ -558,6 +564,15 @@ pub struct NewMigration {
     pub reason: MigrationReason,
 }
 
+/// A silo's grains still to leave it (see [`MigrationStore::drain_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainCounts {
+    /// Directory entries on the silo.
+    pub activations: u64,
+    /// Of those, how many have an open migration.
+    pub migrating: u64,
+}
+
 /// Why a migration was not applied (it is cancelled).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -635,6 +650,18 @@ pub trait MigrationStore: Send + Sync + 'static {
         cluster: &ClusterName,
         id: i64,
     ) -> Result<Option<Migration>, StoreError>;
+
+    /// The clusters whose grains may have to move, for the movers' driver: the rebalancer is
+    /// enabled, a silo is being drained, or migrations are open (to cancel them when stale).
+    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError>;
+
+    /// How far a silo's drain has got: its directory entries, and how many of them have an open
+    /// migration.
+    async fn drain_counts(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<DrainCounts, StoreError>;
 
     /// Cancels the cluster's migrations that can no longer apply: older than `ttl_ms`, grain gone
     /// or no longer that activation on the source, source or target silo dead. Returns them.

@@ -19,6 +19,7 @@ macro_rules! for_both_stores {
 }
 
 mod dns;
+mod drains;
 mod faults;
 mod helpers;
 mod inputs;

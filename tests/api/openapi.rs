@@ -74,7 +74,7 @@ async fn the_specs_examples_work_when_tried_in_order() {
 
     let app = TestApp::new(Backend::Memory).await;
     let spec = placement_oracle::http::openapi();
-    let steps: [(Method, &str); 21] = [
+    let steps: [(Method, &str); 22] = [
         (Method::POST, "/v1/clusters/{cluster}/heartbeats"),
         (Method::GET, "/v1/clusters/{cluster}/silos"),
         (Method::GET, "/v1/clusters/{cluster}/silos/{silo}"),
@@ -97,6 +97,7 @@ async fn the_specs_examples_work_when_tried_in_order() {
             "/v1/clusters/{cluster}/pools/{pool}/connections",
         ),
         (Method::DELETE, "/v1/clusters/{cluster}/activations/{grain}"),
+        (Method::POST, "/v1/clusters/{cluster}/silos/{silo}/drain"),
         (Method::DELETE, "/v1/clusters/{cluster}/silos/{silo}"),
         (Method::GET, "/healthz"),
     ];

@@ -428,11 +428,12 @@ async fn heartbeats_are_hot_updates() {
         app.heartbeat("a@1", json!({ "cpu_usage": 12.5 })).await;
         app.clock.advance_ms(100);
     }
-    // Backends report their table statistics when they exit.
+    // Backends report their table statistics when they exit, which under a busy suite can take
+    // seconds after the pool has let them go.
     pool.close().await;
     let mut check = PgConnection::connect(&database.url()).await.unwrap();
     let mut counts = (0i64, 0i64);
-    for _ in 0..100 {
+    for _ in 0..600 {
         counts = sqlx::query_as(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'silos'",
         )

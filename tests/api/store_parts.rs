@@ -746,7 +746,75 @@ async fn movable_activations_are_the_oldest_placed_of_movable_types(backend: Bac
     );
 }
 
+async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    for id in ["a@1", "b@1", "c@1"] {
+        beat(&*store, id).await;
+    }
+    assert!(
+        store.clusters_moving_grains().await.unwrap().is_empty(),
+        "nothing to move: no rebalancer, no drain, no migration"
+    );
+    let one = placed(&*store, "user/1", "a@1").await;
+    placed(&*store, "user/2", "a@1").await;
+    assert_eq!(
+        store.drain_silo(&cluster(), &silo("x@1")).await.unwrap(),
+        None,
+        "unknown silo"
+    );
+    let (drained, _) = store
+        .drain_silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .expect("known");
+    assert_eq!(drained.status, SiloStatus::ShuttingDown);
+    assert_eq!(drained.drained_at_ms, Some(START_MS));
+    assert_eq!(store.clusters_moving_grains().await.unwrap(), [cluster()]);
+    // Asked again later, the first time stays; a heartbeat saying `active` keeps it shutting down.
+    clock.advance_ms(1_000);
+    let (again, _) = store
+        .drain_silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.drained_at_ms, Some(START_MS));
+    beat(&*store, "a@1").await;
+    let (after, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.drained_at_ms, after.heartbeat_count),
+        (SiloStatus::ShuttingDown, Some(START_MS), 2)
+    );
+    // Its counts: two entries, one of them migrating.
+    let lease = lease_for(&*store, "r").await;
+    store
+        .issue_migrations(
+            &cluster(),
+            &lease,
+            &[migration("user/1", "a@1", "b@1", one)],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let counts = store.drain_counts(&cluster(), &silo("a@1")).await.unwrap();
+    assert_eq!((counts.activations, counts.migrating), (2, 1));
+    // A dead silo is not marked (it is returned dead), and a dead drained silo no longer counts.
+    store.remove_silo(&cluster(), &silo("c@1")).await.unwrap();
+    let (dead, _) = store
+        .drain_silo(&cluster(), &silo("c@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((dead.status, dead.drained_at_ms), (SiloStatus::Dead, None));
+    store.remove_silo(&cluster(), &silo("a@1")).await.unwrap();
+    store
+        .cancel_stale_migrations(&cluster(), 60_000)
+        .await
+        .unwrap();
+    assert!(store.clusters_moving_grains().await.unwrap().is_empty());
+}
+
 for_both_stores!(
+    a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,
     work_state_is_written_only_under_the_current_lease,
     movable_activations_are_the_oldest_placed_of_movable_types,
     a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused,

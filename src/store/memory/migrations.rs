@@ -6,7 +6,7 @@ use super::{ClusterState, MemoryStore};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId, SiloStatus};
 use crate::store::{
-    Completion, Lease, Migration, MigrationStore, NewMigration, Refusal, StoreError,
+    Completion, DrainCounts, Lease, Migration, MigrationStore, NewMigration, Refusal, StoreError,
 };
 
 impl ClusterState {
@@ -210,5 +210,45 @@ impl MigrationStore for MemoryStore {
             .into_iter()
             .filter_map(|id| state.migrations.remove(&id))
             .collect())
+    }
+
+    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError> {
+        let mut names: Vec<ClusterName> = self
+            .clusters()
+            .iter()
+            .filter(|(_, state)| {
+                state.policy.rebalancer.enabled
+                    || !state.migrations.is_empty()
+                    || state
+                        .silos
+                        .values()
+                        .any(|s| s.drained_at_ms.is_some() && s.status != SiloStatus::Dead)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn drain_counts(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<DrainCounts, StoreError> {
+        let clusters = self.clusters();
+        let Some(state) = clusters.get(cluster) else {
+            return Ok(DrainCounts::default());
+        };
+        Ok(DrainCounts {
+            activations: state
+                .by_silo
+                .get(silo.as_str())
+                .map_or(0, |g| g.len() as u64),
+            migrating: state
+                .migrations
+                .values()
+                .filter(|m| m.from == silo.as_str())
+                .count() as u64,
+        })
     }
 }

@@ -326,6 +326,27 @@ impl MembershipStore for MemoryStore {
         }))
     }
 
+    async fn drain_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(None);
+        };
+        let liveness = state.liveness(now);
+        let Some(record) = state.silos.get_mut(silo.as_str()) else {
+            return Ok(None);
+        };
+        if record.status != SiloStatus::Dead {
+            record.status = SiloStatus::ShuttingDown;
+            record.drained_at_ms.get_or_insert(now);
+        }
+        Ok(Some((record.clone(), liveness)))
+    }
+
     async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
         let now = self.clock.now_ms();
         let mut clusters = self.clusters();
@@ -526,17 +547,6 @@ impl DirectoryStore for MemoryStore {
 
 #[async_trait]
 impl PolicyStore for MemoryStore {
-    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError> {
-        let mut names: Vec<ClusterName> = self
-            .clusters()
-            .iter()
-            .filter(|(_, state)| state.policy.rebalancer.enabled)
-            .map(|(name, _)| name.clone())
-            .collect();
-        names.sort();
-        Ok(names)
-    }
-
     async fn put_policy(
         &self,
         cluster: &ClusterName,

@@ -12,8 +12,8 @@ use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId};
 use crate::store::{
-    Completion, Lease, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
-    StoreError,
+    Completion, DrainCounts, Lease, Migration, MigrationReason, MigrationStore, NewMigration,
+    Refusal, StoreError,
 };
 
 const COLUMNS: &str = "id, grain, from_silo, to_silo, reason, epoch, created_at_ms";
@@ -343,5 +343,47 @@ impl MigrationStore for PostgresStore {
     ) -> Result<Vec<Migration>, StoreError> {
         self.guard(self.try_cancel_stale_migrations(cluster, ttl_ms))
             .await
+    }
+
+    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError> {
+        self.guard(async {
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT name FROM clusters c
+                 WHERE policy -> 'rebalancer' ->> 'enabled' = 'true'
+                    OR EXISTS (SELECT 1 FROM silos s WHERE s.cluster = c.name
+                               AND s.drained_at_ms IS NOT NULL AND s.status <> 'dead')
+                    OR EXISTS (SELECT 1 FROM migrations m WHERE m.cluster = c.name)
+                 ORDER BY name",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            names
+                .iter()
+                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
+                .collect()
+        })
+        .await
+    }
+
+    async fn drain_counts(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<DrainCounts, StoreError> {
+        self.guard(async {
+            let (activations, migrating): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM activations WHERE cluster = $1 AND silo = $2),
+                        (SELECT count(*) FROM migrations WHERE cluster = $1 AND from_silo = $2)",
+            )
+            .bind(cluster.as_str())
+            .bind(silo.as_str())
+            .fetch_one(&self.pool)
+            .await?;
+            Ok(DrainCounts {
+                activations: u64::try_from(activations).unwrap_or(0),
+                migrating: u64::try_from(migrating).unwrap_or(0),
+            })
+        })
+        .await
     }
 }

@@ -287,16 +287,21 @@ impl PostgresStore {
         Ok(u64::try_from(live).unwrap_or(0) >= self.settings.max_silos_per_cluster)
     }
 
+    /// Writes a heartbeat's record if the row is still the one it was computed from; returns the
+    /// record as written. A drain that came in between keeps the silo shutting down (the drain
+    /// changes neither the version nor the heartbeat's other figures).
     async fn update_silo(
         &self,
         cluster: &ClusterName,
         record: &SiloRecord,
         previous_count: i64,
-    ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE silos SET address = $3, status = $4, last_heartbeat_ms = $5,
-                    heartbeat_count = $6, profile = $7
-             WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8",
+    ) -> Result<Option<SiloRecord>, StoreError> {
+        let written = sqlx::query(
+            "UPDATE silos SET address = $3,
+                    status = CASE WHEN drained_at_ms IS NULL THEN $4 ELSE 'shutting_down' END,
+                    last_heartbeat_ms = $5, heartbeat_count = $6, profile = $7
+             WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8
+             RETURNING drained_at_ms",
         )
         .bind(cluster.as_str())
         .bind(record.id.as_str())
@@ -306,9 +311,18 @@ impl PostgresStore {
         .bind(record.heartbeat_count)
         .bind(Json(&record.profile))
         .bind(previous_count)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        Ok(done.rows_affected() == 1)
+        let Some(row) = written else {
+            return Ok(None);
+        };
+        let drained_at_ms: Option<Millis> = row.try_get("drained_at_ms")?;
+        let mut record = record.clone();
+        if drained_at_ms.is_some() {
+            record.status = SiloStatus::ShuttingDown;
+            record.drained_at_ms = drained_at_ms;
+        }
+        Ok(Some(record))
     }
 
     async fn try_record_heartbeat(
@@ -379,10 +393,10 @@ impl PostgresStore {
                         }
                         .into());
                     }
-                    inserted
+                    inserted.then_some(record)
                 }
             };
-            if written {
+            if let Some(record) = written {
                 return Ok(Ok((record, liveness)));
             }
         }
@@ -401,6 +415,7 @@ fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
         last_heartbeat_ms: row.try_get("last_heartbeat_ms")?,
         heartbeat_count: row.try_get("heartbeat_count")?,
         profile,
+        drained_at_ms: row.try_get("drained_at_ms")?,
     })
 }
 
@@ -427,7 +442,8 @@ fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
 }
 
 /// Columns of a silo row, as `silo_from_row` reads them.
-const SILO_COLUMNS: &str = "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_count, s.profile";
+const SILO_COLUMNS: &str =
+    "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_count, s.profile, s.drained_at_ms";
 
 /// The statements behind each [`Store`] call, before the circuit (see the `Store` impl below).
 impl PostgresStore {
@@ -508,6 +524,24 @@ impl PostgresStore {
         .await?;
         row.map(|row| Ok((silo_from_row(&row)?, self.liveness_from_row(&row)?)))
             .transpose()
+    }
+
+    async fn try_drain_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        sqlx::query(
+            "UPDATE silos SET status = 'shutting_down',
+                    drained_at_ms = COALESCE(drained_at_ms, $3::int8, oracle_now_ms())
+             WHERE cluster = $1 AND silo = $2 AND status <> 'dead'",
+        )
+        .bind(cluster.as_str())
+        .bind(silo.as_str())
+        .bind(self.now())
+        .execute(&self.pool)
+        .await?;
+        self.try_silo(cluster, silo).await
     }
 
     async fn try_remove_silo(
@@ -1156,6 +1190,14 @@ impl MembershipStore for PostgresStore {
         deadlock_as_contention(outcome)
     }
 
+    async fn drain_silo(
+        &self,
+        cluster: &ClusterName,
+        silo: &SiloId,
+    ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        self.guard(self.try_drain_silo(cluster, silo)).await
+    }
+
     async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
         let outcome = self.guard(self.try_reap()).await;
         deadlock_as_contention(outcome)
@@ -1222,22 +1264,6 @@ impl DirectoryStore for PostgresStore {
 
 #[async_trait]
 impl PolicyStore for PostgresStore {
-    async fn clusters_rebalancing(&self) -> Result<Vec<ClusterName>, StoreError> {
-        self.guard(async {
-            let names: Vec<String> = sqlx::query_scalar(
-                "SELECT name FROM clusters
-                 WHERE policy -> 'rebalancer' ->> 'enabled' = 'true' ORDER BY name",
-            )
-            .fetch_all(&self.pool)
-            .await?;
-            names
-                .iter()
-                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
-                .collect()
-        })
-        .await
-    }
-
     async fn put_policy(
         &self,
         cluster: &ClusterName,
