@@ -13,11 +13,13 @@ import httpx
 from placement_oracle_client import Client
 from placement_oracle_client.api.connections import get_pool, post_connection, put_pool
 from placement_oracle_client.api.directory import delete_activation, get_activation, post_placement, post_placement_batch
-from placement_oracle_client.api.membership import get_silo, list_silos, post_heartbeat
+from placement_oracle_client.api.membership import drain_silo, get_silo, list_silos, post_heartbeat
+from placement_oracle_client.api.migrations import complete_migration, list_migrations
 from placement_oracle_client.api.policy import get_policy, put_policy
 from placement_oracle_client.models import (
-    ActivationResponse, ConnectionExplanation, ConnectionResponse, ConnectRule, Explanation, GrainTypePolicyInput,
-    HeartbeatRequest, MembersInput, Outcome, PlacementBatchRequest, PlacementBatchResponse, PlacementRequest,
+    ActivationResponse, ConnectionExplanation, ConnectionResponse, ConnectRule, DrainProgress, DrainResponse,
+    Explanation, GrainTypePolicyInput, HeartbeatRequest, MembersInput, MigrationCompleted, MigrationPage,
+    MigrationReason, Outcome, PlacementBatchRequest, PlacementBatchResponse, PlacementRequest,
     PlacementResponse, PolicyInput, PolicyInputGrainTypes, PolicyResponse, Pool, PoolInput, PreferredMatchFilter,
     PreferredMatchFilterInput, PreferredMatchFilterInputKind, Problem, RequiredMatchFilter, RequiredMatchFilterInput,
     RequiredMatchFilterInputKind, SiloListResponse, SiloResponse, SiloStatus, Strategy,
@@ -144,6 +146,25 @@ def main(base_url: str) -> None:
         cluster, client=client, body=HeartbeatRequest(silo="10.0.0.9:11111@1", cpu_usage=140.0)), 422)
     assert refused.errors and refused.errors[0].field == "cpu_usage", refused
     print(f"i. cpu_usage 140: {refused.status} {refused.errors[0].field}: {refused.errors[0].message}")
+
+    # j. A planned restart: the third silo (given five carts by hint) is drained, hands them over, has none left.
+    carts = [PlacementRequest(grain=f"cart/{i}", hint=silos[2]) for i in range(5)]
+    hinted = ok(post_placement_batch.sync_detailed(cluster, client=client, body=PlacementBatchRequest(placements=carts)),
+                PlacementBatchResponse)
+    assert all(r.placement and r.placement.silo == silos[2] for r in hinted.results), hinted
+    drained = ok(drain_silo.sync_detailed(cluster, silos[2], client=client), DrainResponse)
+    assert drained.silo.status == SiloStatus.SHUTTING_DOWN and isinstance(drained.silo.drain, DrainProgress)
+    issued = sum(t.migrations for t in drained.issued)
+    assert issued == 5 and all(t.silo in silos[:2] for t in drained.issued), drained.issued
+    page = ok(list_migrations.sync_detailed(cluster, client=client, silo=silos[2], limit=1000), MigrationPage)
+    assert len(page.migrations) == issued and page.next_cursor is None
+    for m in page.migrations:
+        moved = ok(complete_migration.sync_detailed(cluster, m.id, client=client), MigrationCompleted)
+        assert moved.migration.id == m.id and moved.epoch > m.epoch and m.reason == MigrationReason.DRAIN
+    after = ok(get_silo.sync_detailed(cluster, silos[2], client=client), SiloResponse)
+    assert isinstance(after.drain, DrainProgress), f"drain not read: {after.drain}"
+    assert (after.drain.remaining_activations, after.drain.migrating) == (0, 0), after.drain
+    print(f"j. drained {silos[2]} (planner {drained.planner}): {issued} grains moved, none left")
     print("python walk-through: OK")
 
 

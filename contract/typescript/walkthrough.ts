@@ -37,7 +37,7 @@ function present<T extends object>(value: T, keys: { [K in keyof Required<T>]: t
 
 const silo = (s: S["SiloResponse"]) => present(s, { silo: true, address: true, status: true, role: true,
   metadata: true, grain_types: true, load: true, smoothed: true, last_heartbeat_age_ms: true,
-  last_heartbeat_at_ms: true, first_seen_at_ms: true, heartbeat_count: true, silo_ttl_ms: true });
+  last_heartbeat_at_ms: true, first_seen_at_ms: true, heartbeat_count: true, silo_ttl_ms: true, drain: true });
 const placement = (p: S["PlacementResponse"]) => present(p, { grain: true, silo: true, address: true,
   outcome: true, strategy: true, epoch: true, max_local: true, explanation: true });
 
@@ -155,6 +155,29 @@ async function main(baseUrl: string): Promise<void> {
   const field = refused.errors[0];
   assert(field !== undefined && field.field === "cpu_usage", JSON.stringify(refused));
   console.log(`i. cpu_usage 140: ${refused.status} ${field.field}: ${field.message}`);
+
+  // j. A planned restart: the third silo (given five carts by hint) is drained, hands them over, has none left.
+  const carts = [0, 1, 2, 3, 4].map((i) => ({ grain: `cart/${i}`, hint: silos[2] }));
+  const hinted = ok(await client.POST("/v1/clusters/{cluster}/placements/batch",
+    { params: { path }, body: { placements: carts } }));
+  assert(hinted.results.every((r) => r.placement?.silo === silos[2]), "carts on the third silo");
+  const siloPath = { params: { path: { cluster, silo: silos[2] } } };
+  const drained = present(ok(await client.POST("/v1/clusters/{cluster}/silos/{silo}/drain", siloPath)),
+    { silo: true, planner: true, issued: true, stuck: true });
+  assert(silo(drained.silo).status === "shutting_down" && drained.silo.drain !== null, "drained");
+  const issued = drained.issued.reduce((n, t) => n + t.migrations, 0);
+  assert(issued === 5 && drained.issued.every((t) => silos.slice(0, 2).some((s) => s === t.silo)), "5 issued");
+  const open = ok(await client.GET("/v1/clusters/{cluster}/migrations",
+    { params: { path, query: { silo: silos[2], limit: 1000 } } }));
+  assert(open.migrations.length === issued && open.next_cursor === null, "the issued migrations are open");
+  for (const m of open.migrations) {
+    const moved = ok(await client.POST("/v1/clusters/{cluster}/migrations/{id}/complete",
+      { params: { path: { cluster, id: m.id } } }));
+    assert(moved.migration.id === m.id && moved.epoch > m.epoch && m.reason === "drain", "moved");
+  }
+  const after = silo(ok(await client.GET("/v1/clusters/{cluster}/silos/{silo}", siloPath)));
+  assert(after.drain?.remaining_activations === 0 && after.drain.migrating === 0, JSON.stringify(after.drain));
+  console.log(`j. drained ${silos[2]} (planner ${drained.planner}): ${issued} grains moved, none left`);
   console.log("typescript walk-through: OK");
 }
 
