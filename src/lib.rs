@@ -39,6 +39,7 @@ pub mod oracle;
 pub mod placement;
 pub mod policy;
 pub mod rebalancer;
+pub mod repartitioner;
 pub mod store;
 pub mod telemetry;
 pub mod validation;

@@ -72,6 +72,10 @@ pub mod metric {
     pub const LEASES_TAKEN: &str = "oracle_cluster_leases_taken_total";
     pub const REBALANCER_DEVIATION: &str = "oracle_rebalancer_entropy_deviation";
     pub const REBALANCER_ENTROPY: &str = "oracle_rebalancer_entropy";
+    pub const EDGES: &str = "oracle_edges_total";
+    pub const REPARTITIONER_MOVES: &str = "oracle_repartitioner_moves_planned_total";
+    pub const REPARTITIONER_TRACKED: &str = "oracle_repartitioner_tracked_edges";
+    pub const REPARTITIONER_REMOTE: &str = "oracle_repartitioner_remote_fraction";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -133,6 +137,22 @@ pub mod metric {
         describe_gauge!(
             REBALANCER_ENTROPY,
             "The last measured entropy of activations × memory per cluster"
+        );
+        describe_counter!(
+            EDGES,
+            "Edge reports by what became of them (accepted, ignored: self or between immovable grains, dropped: the buffer was full)"
+        );
+        describe_counter!(
+            REPARTITIONER_MOVES,
+            "Moves the repartitioner's rounds planned on this replica (completed ones are in oracle_migrations_total)"
+        );
+        describe_gauge!(
+            REPARTITIONER_TRACKED,
+            "Edges the repartitioner's sketch tracks, per cluster"
+        );
+        describe_gauge!(
+            REPARTITIONER_REMOTE,
+            "Tracked call weight between grains on different silos ÷ all tracked weight, per cluster (last estimate)"
         );
         describe_histogram!(
             WEBHOOK_DURATION,
@@ -197,6 +217,22 @@ pub mod metric {
             gauge!(REBALANCER_DEVIATION, "cluster" => cluster.to_string()).set(report.deviation);
             gauge!(REBALANCER_ENTROPY, "cluster" => cluster.to_string()).set(report.entropy);
         }
+    }
+
+    pub fn edges(accepted: u64, ignored: u64, dropped: u64) {
+        counter!(EDGES, "event" => "accepted").increment(accepted);
+        counter!(EDGES, "event" => "ignored").increment(ignored);
+        counter!(EDGES, "event" => "dropped").increment(dropped);
+    }
+
+    pub fn repartitioner_round(moves: u64) {
+        counter!(REPARTITIONER_MOVES).increment(moves);
+    }
+
+    /// Per cluster (bounded by ORACLE_MAX_CLUSTERS; only clusters whose repartitioner ran).
+    pub fn repartitioner_state(cluster: &crate::cluster::ClusterName, tracked: usize, remote: f64) {
+        gauge!(REPARTITIONER_TRACKED, "cluster" => cluster.to_string()).set(tracked as f64);
+        gauge!(REPARTITIONER_REMOTE, "cluster" => cluster.to_string()).set(remote);
     }
 
     pub fn lease_taken() {

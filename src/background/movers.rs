@@ -40,6 +40,17 @@ pub async fn run_movers(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>)
                                     "drain migrations issued"
                                 );
                             }
+                            if let Some(round) = &step.round {
+                                tracing::info!(
+                                    %cluster,
+                                    round = round.summary.round,
+                                    moves = round.moves.len(),
+                                    migrations = round.migrations.len(),
+                                    remote_before = round.summary.remote_fraction_before,
+                                    remote_after = round.summary.remote_fraction_after,
+                                    "repartitioner round"
+                                );
+                            }
                             if let Some(cycle) = &step.cycle {
                                 tracing::info!(
                                     %cluster,

@@ -191,6 +191,42 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ),
     ("SuspendRequest", "duration_ms", || range(1, 604_800_000)),
     (
+        "EdgeBatch",
+        "edges",
+        || json!({"minItems": 1, "maxItems": super::repartitioner::MAX_EDGES}),
+    ),
+    ("Edge", "from", grain_id),
+    ("Edge", "to", grain_id),
+    ("Edge", "count", || {
+        range(1, super::repartitioner::MAX_EDGE_COUNT)
+    }),
+    ("RepartitionerOptions", "max_edge_count", || {
+        range(1, u64::from(crate::repartitioner::options::MAX_EDGE_COUNT))
+    }),
+    ("RepartitionerOptions", "max_unprocessed_edges", || {
+        range(
+            1,
+            u64::from(crate::repartitioner::options::MAX_UNPROCESSED_EDGES),
+        )
+    }),
+    ("RepartitionerOptions", "min_round_period_ms", || {
+        range(1, 86_400_000)
+    }),
+    ("RepartitionerOptions", "max_round_period_ms", || {
+        range(1, 86_400_000)
+    }),
+    ("RepartitionerOptions", "recovery_period_ms", || {
+        range(0, 86_400_000)
+    }),
+    (
+        "RepartitionerOptions",
+        "probabilistic_filtering_max_allowed_error_rate",
+        || json!({"minimum": 0.001, "maximum": 0.01}),
+    ),
+    ("RepartitionerOptions", "max_imbalance_percent", || {
+        range(1, 100)
+    }),
+    (
         "Policy",
         "grain_types",
         || json!({"maxProperties": crate::policy::MAX_GRAIN_TYPES, "propertyNames": grain_type()}),
@@ -1046,6 +1082,7 @@ mod tests {
             crate::policy::Policy::name(),
             crate::connect::Pool::name(),
             super::super::rebalancer::SuspendRequest::name(),
+            super::super::repartitioner::EdgeBatch::name(),
         ];
         for name in names {
             assert!(body_validators().contains_key(name.as_ref()), "{name}");
@@ -1057,7 +1094,7 @@ mod tests {
             .flat_map(|item| item.as_object().unwrap().values())
             .filter(|operation| operation.get("requestBody").is_some())
             .count();
-        assert_eq!(bodies, 6, "a new request body: add its type above");
+        assert_eq!(bodies, 7, "a new request body: add its type above");
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod placements;
 mod policy;
 mod pools;
 mod rebalancer;
+mod repartitioner;
 mod silos;
 
 use std::sync::Arc;
@@ -65,6 +66,7 @@ pub struct Limits {
         (name = "directory", description = "Where grains live: placement, lookup, deactivation"),
         (name = "migrations", description = "Which grains should move: a silo's migrations, completed or failed"),
         (name = "rebalancer", description = "Evening out activations across silos: sessions, cycles, suspension"),
+        (name = "repartitioner", description = "Bringing grains that call each other onto one silo: edge reports, rounds"),
         (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
         (name = "connections", description = "Which node a client should connect to: SmartConnect-style pools and rules"),
         (name = "operations", description = "Health, readiness and metrics")
@@ -113,6 +115,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(rebalancer::post_session))
         .routes(routes!(rebalancer::post_suspend))
         .routes(routes!(rebalancer::post_resume))
+        .routes(routes!(repartitioner::post_edges))
+        .routes(routes!(repartitioner::get_repartitioner))
+        .routes(routes!(repartitioner::post_round))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

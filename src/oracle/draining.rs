@@ -274,9 +274,9 @@ impl Oracle {
         }
         let counts = self
             .store
-            .drain_counts(cluster, &snapshot.record.id)
+            .silo_counts(cluster, &snapshot.record.id)
             .await
-            .inspect_err(|_| metric::store_error("drain_counts"))?;
+            .inspect_err(|_| metric::store_error("silo_counts"))?;
         snapshot.drain = Some(DrainProgress {
             requested_at_ms,
             remaining_activations: counts.activations,

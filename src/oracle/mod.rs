@@ -11,6 +11,7 @@ mod membership;
 mod migrations;
 mod movers;
 mod rebalancing;
+mod repartitioning;
 mod sweeper;
 mod webhook;
 
@@ -29,6 +30,7 @@ pub use membership::{SiloListing, SiloSnapshot};
 pub use migrations::{MigrationListing, Moved};
 pub use movers::DriverStep;
 pub use rebalancing::{RebalancerCycle, RebalancerStatus};
+pub use repartitioning::{EdgesTaken, RepartitionerRound, RepartitionerStatus};
 
 use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
 use crate::placement::{LocalDeltas, PlacementError};

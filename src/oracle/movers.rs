@@ -1,9 +1,9 @@
 //! The movers' driver step for one cluster, on the replica holding its lease: cancel migrations
-//! that can no longer apply, plan the drains under way, and run the rebalancer's cycle when one
-//! is due. `background::run_movers` calls it for every cluster whose grains may have to move.
+//! that can no longer apply, plan the drains under way, run the rebalancer's cycle when one is
+//! due, and count edge reports and run the repartitioner's round when one is due. `background::run_movers` calls it for every cluster whose grains may have to move.
 
 use super::draining::DrainIssued;
-use super::{Oracle, OracleError, RebalancerCycle};
+use super::{Oracle, OracleError, RebalancerCycle, RepartitionerRound};
 use crate::cluster::ClusterName;
 use crate::policy::Policy;
 use crate::store::LeaseClaim;
@@ -16,6 +16,8 @@ pub struct DriverStep {
     pub drains: Vec<DrainIssued>,
     /// The rebalancer's cycle, when one was due.
     pub cycle: Option<RebalancerCycle>,
+    /// The repartitioner's round, when one was due.
+    pub round: Option<RepartitionerRound>,
 }
 
 impl Oracle {
@@ -35,7 +37,14 @@ impl Oracle {
         self.cancel_stale(cluster, &membership.policy).await?;
         let drains = self.drain_step(cluster, &lease, &membership).await?;
         let cycle = self.rebalancer_step(cluster, &lease, &membership).await?;
-        Ok(Some(DriverStep { drains, cycle }))
+        let round = self
+            .repartitioner_step(cluster, &lease, &membership)
+            .await?;
+        Ok(Some(DriverStep {
+            drains,
+            cycle,
+            round,
+        }))
     }
 
     async fn cancel_stale(

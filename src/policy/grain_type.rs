@@ -27,6 +27,11 @@ impl Immovable {
         matches!(self, Immovable::Rebalancer | Immovable::Any)
     }
 
+    /// Whether the repartitioner must leave the type alone.
+    pub fn keeps_from_repartitioner(self) -> bool {
+        matches!(self, Immovable::Repartitioner | Immovable::Any)
+    }
+
     /// Whether a drain must leave the type alone.
     pub fn keeps_from_drain(self) -> bool {
         self == Immovable::Any

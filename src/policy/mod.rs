@@ -17,6 +17,7 @@ use crate::cluster::names::check_grain_type;
 use crate::placement::filters::{self, Filter};
 use crate::placement::{Strategy, StrategyOptions};
 use crate::rebalancer::RebalancerOptions;
+use crate::repartitioner::RepartitionerOptions;
 use crate::validation::{FieldError, Invalid, Violations};
 
 /// Most grain types one policy may configure.
@@ -51,6 +52,8 @@ pub struct Policy {
     pub migration_ttl_ms: Option<u64>,
     /// The rebalancer: sessions that even out activations across silos.
     pub rebalancer: RebalancerOptions,
+    /// The repartitioner: rounds that bring grains that call each other onto one silo.
+    pub repartitioner: RepartitionerOptions,
 }
 
 /// The migration TTL of a policy that sets none.
@@ -86,6 +89,7 @@ impl Policy {
             }
         }
         v.check(self.rebalancer.validate("rebalancer."));
+        v.check(self.repartitioner.validate("repartitioner."));
         if self.grain_types.len() > MAX_GRAIN_TYPES {
             v.add(
                 "grain_types",

@@ -564,9 +564,9 @@ pub struct NewMigration {
     pub reason: MigrationReason,
 }
 
-/// A silo's grains still to leave it (see [`MigrationStore::drain_counts`]).
+/// A silo's activations and how many are leaving (see [`MigrationStore::silo_counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DrainCounts {
+pub struct SiloCounts {
     /// Directory entries on the silo.
     pub activations: u64,
     /// Of those, how many have an open migration.
@@ -651,17 +651,18 @@ pub trait MigrationStore: Send + Sync + 'static {
         id: i64,
     ) -> Result<Option<Migration>, StoreError>;
 
-    /// The clusters whose grains may have to move, for the movers' driver: the rebalancer is
-    /// enabled, a silo is being drained, or migrations are open (to cancel them when stale).
+    /// The clusters whose grains may have to move, for the movers' driver: the rebalancer or the
+    /// repartitioner is enabled, a silo is being drained, migrations are open (to cancel them when
+    /// stale), or edge reports wait to be counted.
     async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError>;
 
-    /// How far a silo's drain has got: its directory entries, and how many of them have an open
-    /// migration.
-    async fn drain_counts(
+    /// A silo's directory entries, and how many of them have an open migration (how far a drain
+    /// has got; what the repartitioner balances).
+    async fn silo_counts(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-    ) -> Result<DrainCounts, StoreError>;
+    ) -> Result<SiloCounts, StoreError>;
 
     /// Cancels the cluster's migrations that can no longer apply: older than `ttl_ms`, grain gone
     /// or no longer that activation on the source, source or target silo dead. Returns them.
@@ -670,6 +671,62 @@ pub trait MigrationStore: Send + Sync + 'static {
         cluster: &ClusterName,
         ttl_ms: Millis,
     ) -> Result<Vec<Migration>, StoreError>;
+}
+
+/// One report of calls between two grains, as silos send them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeReport {
+    pub from: GrainId,
+    pub to: GrainId,
+    pub count: u64,
+}
+
+/// An edge report waiting to be counted, numbered in order of arrival within its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEdge {
+    pub seq: i64,
+    pub from: String,
+    pub to: String,
+    pub count: u64,
+}
+
+/// The cluster's edge reports waiting to be counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EdgeIntake {
+    /// The number of the last report stored.
+    pub last_seq: i64,
+    /// Reports waiting (not yet forgotten after counting).
+    pub pending: u64,
+    /// Reports dropped unread, ever, because the buffer was full.
+    pub dropped: u64,
+}
+
+/// Edge reports between their arrival on any replica and the lease holder's counting: a bounded
+/// buffer per cluster (the oldest dropped, and counted, beyond the bound).
+#[async_trait]
+pub trait EdgeStore: Send + Sync + 'static {
+    /// Appends reports (numbered on from the last), then drops the oldest beyond
+    /// `max_unprocessed`; returns how many it dropped, or `None` when the cluster is unknown.
+    async fn append_edges(
+        &self,
+        cluster: &ClusterName,
+        edges: &[EdgeReport],
+        max_unprocessed: u32,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Up to `limit` waiting reports numbered after `after`, in order.
+    async fn pending_edges(
+        &self,
+        cluster: &ClusterName,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<PendingEdge>, StoreError>;
+
+    /// Forgets the reports numbered up to `through` (they were counted).
+    async fn forget_edges(&self, cluster: &ClusterName, through: i64) -> Result<(), StoreError>;
+
+    /// The buffer's state.
+    async fn edge_intake(&self, cluster: &ClusterName) -> Result<EdgeIntake, StoreError>;
 }
 
 /// Connection pools and their shared round-robin counters.
@@ -703,7 +760,7 @@ pub trait PoolStore: Send + Sync + 'static {
 /// A whole store: every aggregate, plus what concerns the store itself.
 #[async_trait]
 pub trait Store:
-    MembershipStore + DirectoryStore + PolicyStore + PoolStore + LeaseStore + MigrationStore
+    MembershipStore + DirectoryStore + PolicyStore + PoolStore + LeaseStore + MigrationStore + EdgeStore
 {
     /// `"postgres"` or `"memory"`, for logs and `/readyz`.
     fn kind(&self) -> &'static str;

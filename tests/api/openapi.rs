@@ -74,7 +74,7 @@ async fn the_specs_examples_work_when_tried_in_order() {
 
     let app = TestApp::new(Backend::Memory).await;
     let spec = placement_oracle::http::openapi();
-    let steps: [(Method, &str); 22] = [
+    let steps: [(Method, &str); 25] = [
         (Method::POST, "/v1/clusters/{cluster}/heartbeats"),
         (Method::GET, "/v1/clusters/{cluster}/silos"),
         (Method::GET, "/v1/clusters/{cluster}/silos/{silo}"),
@@ -92,6 +92,9 @@ async fn the_specs_examples_work_when_tried_in_order() {
         (Method::POST, "/v1/clusters/{cluster}/rebalancer/suspend"),
         (Method::POST, "/v1/clusters/{cluster}/rebalancer/resume"),
         (Method::POST, "/v1/clusters/{cluster}/rebalancer/sessions"),
+        (Method::POST, "/v1/clusters/{cluster}/edges"),
+        (Method::GET, "/v1/clusters/{cluster}/repartitioner"),
+        (Method::POST, "/v1/clusters/{cluster}/repartitioner/rounds"),
         (
             Method::POST,
             "/v1/clusters/{cluster}/pools/{pool}/connections",

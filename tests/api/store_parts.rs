@@ -795,7 +795,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .await
         .unwrap()
         .unwrap();
-    let counts = store.drain_counts(&cluster(), &silo("a@1")).await.unwrap();
+    let counts = store.silo_counts(&cluster(), &silo("a@1")).await.unwrap();
     assert_eq!((counts.activations, counts.migrating), (2, 1));
     // A dead silo is not marked (it is returned dead), and a dead drained silo no longer counts.
     store.remove_silo(&cluster(), &silo("c@1")).await.unwrap();

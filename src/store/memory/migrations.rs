@@ -6,7 +6,7 @@ use super::{ClusterState, MemoryStore};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId, SiloStatus};
 use crate::store::{
-    Completion, DrainCounts, Lease, Migration, MigrationStore, NewMigration, Refusal, StoreError,
+    Completion, Lease, Migration, MigrationStore, NewMigration, Refusal, SiloCounts, StoreError,
 };
 
 impl ClusterState {
@@ -218,7 +218,9 @@ impl MigrationStore for MemoryStore {
             .iter()
             .filter(|(_, state)| {
                 state.policy.rebalancer.enabled
+                    || state.policy.repartitioner.enabled
                     || !state.migrations.is_empty()
+                    || !state.edges.is_empty()
                     || state
                         .silos
                         .values()
@@ -230,16 +232,16 @@ impl MigrationStore for MemoryStore {
         Ok(names)
     }
 
-    async fn drain_counts(
+    async fn silo_counts(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-    ) -> Result<DrainCounts, StoreError> {
+    ) -> Result<SiloCounts, StoreError> {
         let clusters = self.clusters();
         let Some(state) = clusters.get(cluster) else {
-            return Ok(DrainCounts::default());
+            return Ok(SiloCounts::default());
         };
-        Ok(DrainCounts {
+        Ok(SiloCounts {
             activations: state
                 .by_silo
                 .get(silo.as_str())

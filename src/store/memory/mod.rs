@@ -3,18 +3,20 @@
 //! Used when no `DATABASE_URL` is set. It keeps the same invariants as Postgres (one lock makes each
 //! call atomic) but nothing survives a restart and replicas cannot share it.
 
+mod edges;
 mod leases;
 mod migrations;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatUpdate, Lease, LimitReached, Located,
-    Membership, MembershipStore, Migration, NewActivation, PolicyStore, PoolStore, Reaped,
-    Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats, DEAD_SILO_RETENTION_MS,
+    Membership, MembershipStore, Migration, NewActivation, PendingEdge, PolicyStore, PoolStore,
+    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
+    DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::{Clock, Millis};
 use crate::cluster::{
@@ -54,6 +56,10 @@ struct ClusterState {
     last_migration_id: i64,
     /// The background work's state by kind, written under the lease.
     work_state: HashMap<String, serde_json::Value>,
+    /// Edge reports waiting to be counted ([`edges`]).
+    edges: VecDeque<PendingEdge>,
+    edge_last_seq: i64,
+    edges_dropped: u64,
 }
 
 impl ClusterState {
@@ -188,6 +194,9 @@ impl MemoryStore {
                 migrations: BTreeMap::new(),
                 last_migration_id: 0,
                 work_state: HashMap::new(),
+                edges: VecDeque::new(),
+                edge_last_seq: 0,
+                edges_dropped: 0,
             })),
         }
     }

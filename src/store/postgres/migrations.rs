@@ -12,8 +12,8 @@ use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId};
 use crate::store::{
-    Completion, DrainCounts, Lease, Migration, MigrationReason, MigrationStore, NewMigration,
-    Refusal, StoreError,
+    Completion, Lease, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
+    SiloCounts, StoreError,
 };
 
 const COLUMNS: &str = "id, grain, from_silo, to_silo, reason, epoch, created_at_ms";
@@ -350,9 +350,11 @@ impl MigrationStore for PostgresStore {
             let names: Vec<String> = sqlx::query_scalar(
                 "SELECT name FROM clusters c
                  WHERE policy -> 'rebalancer' ->> 'enabled' = 'true'
+                    OR policy -> 'repartitioner' ->> 'enabled' = 'true'
                     OR EXISTS (SELECT 1 FROM silos s WHERE s.cluster = c.name
                                AND s.drained_at_ms IS NOT NULL AND s.status <> 'dead')
                     OR EXISTS (SELECT 1 FROM migrations m WHERE m.cluster = c.name)
+                    OR EXISTS (SELECT 1 FROM edge_buffer b WHERE b.cluster = c.name)
                  ORDER BY name",
             )
             .fetch_all(&self.pool)
@@ -365,11 +367,11 @@ impl MigrationStore for PostgresStore {
         .await
     }
 
-    async fn drain_counts(
+    async fn silo_counts(
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-    ) -> Result<DrainCounts, StoreError> {
+    ) -> Result<SiloCounts, StoreError> {
         self.guard(async {
             let (activations, migrating): (i64, i64) = sqlx::query_as(
                 "SELECT (SELECT count(*) FROM activations WHERE cluster = $1 AND silo = $2),
@@ -379,7 +381,7 @@ impl MigrationStore for PostgresStore {
             .bind(silo.as_str())
             .fetch_one(&self.pool)
             .await?;
-            Ok(DrainCounts {
+            Ok(SiloCounts {
                 activations: u64::try_from(activations).unwrap_or(0),
                 migrating: u64::try_from(migrating).unwrap_or(0),
             })

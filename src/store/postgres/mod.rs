@@ -13,6 +13,7 @@
 //! Every call goes through [`StoreHealth`]: calls fail fast while the database is unreachable, and
 //! the replica's last outage is subtracted from every silence it judges.
 
+mod edges;
 mod leases;
 mod migrations;
 

@@ -1,0 +1,431 @@
+//! The repartitioner as a use case: edge reports from any silo through any replica go into the
+//! cluster's bounded buffer; the replica holding the cluster's lease counts them into the sketch
+//! (every few seconds, and before every round), runs rounds on their timer or when asked, turns a
+//! round's moves into `repartitioner` migrations, and keeps its state in the store under the lease.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{Oracle, OracleError};
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
+use crate::placement::Strategy;
+use crate::policy::{Immovable, Policy};
+use crate::repartitioner::{
+    plan_round, Graph, GraphInput, Repartitioner, RepartitionerOptions, RoundSummary,
+};
+use crate::store::{
+    EdgeIntake, EdgeReport, Lease, Membership, Migration, MigrationReason, NewMigration,
+};
+use crate::telemetry::metric;
+
+/// The work-state kind the repartitioner is stored under.
+const KIND: &str = "repartitioner";
+/// How often the lease holder counts waiting edge reports between rounds.
+const ABSORB_EVERY_MS: Millis = 5_000;
+/// Most edge reports counted in one step.
+const MAX_ABSORBED: u32 = 250_000;
+/// Grains looked up in the directory per call.
+const LOOKUP_CHUNK: usize = 1_000;
+
+/// What an edge report did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgesTaken {
+    /// Edges stored for the next round (a pair listed twice counts once).
+    pub accepted: u64,
+    /// Edges left out: a grain calling itself, or two grains that never move.
+    pub ignored: u64,
+    /// Older waiting reports dropped to make room (the buffer was full).
+    pub dropped: u64,
+}
+
+/// A round and what it issued.
+#[derive(Debug, Clone)]
+pub struct RepartitionerRound {
+    pub summary: RoundSummary,
+    /// Planned moves: (grain, from, to).
+    pub moves: Vec<(String, String, String)>,
+    pub migrations: Vec<Migration>,
+}
+
+/// The repartitioner of a cluster, as `GET …/repartitioner` shows it.
+#[derive(Debug, Clone)]
+pub struct RepartitionerStatus {
+    pub state: Repartitioner,
+    pub options: RepartitionerOptions,
+    pub intake: EdgeIntake,
+    /// Tracked weight between grains on different silos ÷ all tracked weight, now.
+    pub remote_fraction: f64,
+    pub lease: Option<Lease>,
+    pub now: Millis,
+}
+
+impl Oracle {
+    /// Stores a silo's edge report for the lease holder's next count.
+    pub async fn report_edges(
+        &self,
+        cluster: &ClusterName,
+        edges: &[EdgeReport],
+    ) -> Result<EdgesTaken, OracleError> {
+        let (membership, _) = self.membership_for_placement(cluster, false).await?;
+        let policy = &membership.policy;
+        let fixed = fixed_types(policy);
+        let mut merged: BTreeMap<(&GrainId, &GrainId), u64> = BTreeMap::new();
+        let mut ignored = 0;
+        for edge in edges {
+            let fixed_end = |g: &GrainId| fixed.contains(g.grain_type());
+            if edge.from == edge.to || (fixed_end(&edge.from) && fixed_end(&edge.to)) {
+                ignored += 1;
+                continue;
+            }
+            let key = if edge.from <= edge.to {
+                (&edge.from, &edge.to)
+            } else {
+                (&edge.to, &edge.from)
+            };
+            let count = merged.entry(key).or_default();
+            *count = count.saturating_add(edge.count);
+        }
+        let kept: Vec<EdgeReport> = merged
+            .into_iter()
+            .map(|((from, to), count)| EdgeReport {
+                from: from.clone(),
+                to: to.clone(),
+                count,
+            })
+            .collect();
+        let dropped = if kept.is_empty() {
+            0
+        } else {
+            self.store
+                .append_edges(cluster, &kept, policy.repartitioner.max_unprocessed_edges)
+                .await
+                .inspect_err(|_| metric::store_error("append_edges"))?
+                .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?
+        };
+        metric::edges(kept.len() as u64, ignored, dropped);
+        Ok(EdgesTaken {
+            accepted: kept.len() as u64,
+            ignored,
+            dropped,
+        })
+    }
+
+    /// The repartitioner's state (a fresh one if it never ran), its buffer and the cluster's lease.
+    pub async fn repartitioner_status(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<RepartitionerStatus, OracleError> {
+        let membership = self.read_membership(cluster).await?;
+        let now = membership.liveness.now;
+        let options = membership.policy.repartitioner;
+        let state = self.stored_repartitioner(cluster, now, &options).await?;
+        let (graph, _) = self.graph(cluster, &membership, &state).await?;
+        let remote_fraction = graph.remote_fraction(&graph.locations());
+        metric::repartitioner_state(cluster, state.sketch.len(), remote_fraction);
+        Ok(RepartitionerStatus {
+            state,
+            options,
+            intake: self.store.edge_intake(cluster).await?,
+            remote_fraction,
+            lease: self.store.lease(cluster).await?,
+            now,
+        })
+    }
+
+    /// Runs one round now, as the lease holder (counting every waiting report first).
+    pub async fn run_repartitioner_round(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<RepartitionerRound, OracleError> {
+        let _gate = self.mover_gate(cluster).await;
+        let lease = self.lease_for_request(cluster).await?;
+        let membership = self.read_membership(cluster).await?;
+        let now = membership.liveness.now;
+        let options = membership.policy.repartitioner;
+        let mut state = self.stored_repartitioner(cluster, now, &options).await?;
+        self.absorb(cluster, now, &options, &mut state).await?;
+        self.round(cluster, &lease, &membership, state).await
+    }
+
+    /// The movers' driver's repartitioner step, under the lease and the gate: counts waiting
+    /// reports every few seconds, and runs the round when its timer says so (when enabled).
+    pub(super) async fn repartitioner_step(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        membership: &Membership,
+    ) -> Result<Option<RepartitionerRound>, OracleError> {
+        let now = membership.liveness.now;
+        let options = membership.policy.repartitioner;
+        let intake = self.store.edge_intake(cluster).await?;
+        let (mut state, stored) = self.read_repartitioner(cluster, now, &options).await?;
+        let due = options.enabled && state.round_due(now);
+        let waiting = intake.last_seq > state.absorbed_through;
+        let absorb = waiting && (due || now - state.last_absorbed_at_ms >= ABSORB_EVERY_MS);
+        if absorb {
+            self.absorb(cluster, now, &options, &mut state).await?;
+        }
+        if due {
+            return self
+                .round(cluster, lease, membership, state)
+                .await
+                .map(Some);
+        }
+        if absorb || (options.enabled && !stored) {
+            self.save_repartitioner(cluster, lease, &state).await?;
+            if absorb {
+                self.store
+                    .forget_edges(cluster, state.absorbed_through)
+                    .await?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Counts the waiting reports into the sketch.
+    async fn absorb(
+        &self,
+        cluster: &ClusterName,
+        now: Millis,
+        options: &RepartitionerOptions,
+        state: &mut Repartitioner,
+    ) -> Result<(), OracleError> {
+        let pending = self
+            .store
+            .pending_edges(cluster, state.absorbed_through, MAX_ABSORBED)
+            .await?;
+        state.absorb(
+            now,
+            options,
+            pending
+                .iter()
+                .map(|e| (e.seq, e.from.as_str(), e.to.as_str(), e.count)),
+        );
+        Ok(())
+    }
+
+    /// Plans a round on the tracked edges, issues its moves as migrations (fenced by the lease),
+    /// and stores the state.
+    async fn round(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        membership: &Membership,
+        mut state: Repartitioner,
+    ) -> Result<RepartitionerRound, OracleError> {
+        let now = membership.liveness.now;
+        let options = membership.policy.repartitioner;
+        let (graph, counts) = self.graph(cluster, membership, &state).await?;
+        let deviation = self.rebalancer_deviation(cluster).await?;
+        let plan = plan_round(&graph, &counts, &options, deviation);
+        let mut wanted = Vec::with_capacity(plan.moves.len());
+        let mut epochs: HashMap<&str, i64> = HashMap::new();
+        let located = self
+            .locate(
+                cluster,
+                plan.moves
+                    .iter()
+                    .map(|m| graph.vertices[m.vertex].grain.as_str()),
+            )
+            .await?;
+        for (grain, _, epoch) in &located {
+            epochs.insert(grain.as_str(), *epoch);
+        }
+        let mut moves = Vec::with_capacity(plan.moves.len());
+        for m in &plan.moves {
+            let grain = &graph.vertices[m.vertex].grain;
+            let (from, to) = (&graph.silos[m.from], &graph.silos[m.to]);
+            moves.push((grain.clone(), from.clone(), to.clone()));
+            let (Ok(grain_id), Ok(from_id), Ok(to_id), Some(&epoch)) = (
+                GrainId::parse("grain", grain),
+                SiloId::parse("from", from),
+                SiloId::parse("to", to),
+                epochs.get(grain.as_str()),
+            ) else {
+                continue;
+            };
+            wanted.push(NewMigration {
+                grain: grain_id,
+                from: from_id,
+                to: to_id,
+                epoch,
+                reason: MigrationReason::Repartitioner,
+            });
+        }
+        let migrations = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            match self.store.issue_migrations(cluster, lease, &wanted).await? {
+                Some(issued) => issued,
+                None => return Err(self.lost_lease(cluster).await),
+            }
+        };
+        let reason = MigrationReason::Repartitioner.as_str();
+        metric::migrations(reason, "issued", migrations.len() as u64);
+        metric::repartitioner_round(moves.len() as u64);
+        let summary = self.with_rng_and_deltas(cluster, |rng, _| {
+            state.finish_round(now, &options, &graph, &plan, migrations.len() as u64, rng)
+        });
+        metric::repartitioner_state(cluster, state.sketch.len(), plan.remote_fraction_after);
+        self.save_repartitioner(cluster, lease, &state).await?;
+        self.store
+            .forget_edges(cluster, state.absorbed_through)
+            .await?;
+        Ok(RepartitionerRound {
+            summary,
+            moves,
+            migrations,
+        })
+    }
+
+    /// The graph of the tracked edges over where their grains live now, and the activations of
+    /// each silo that may receive grains (less what open migrations take away, plus what they
+    /// bring).
+    async fn graph(
+        &self,
+        cluster: &ClusterName,
+        membership: &Membership,
+        state: &Repartitioner,
+    ) -> Result<(Graph, Vec<i64>), OracleError> {
+        let edges = state.sketch.edges();
+        let grains: HashSet<&str> = edges.iter().flat_map(|e| [e.a, e.b]).collect();
+        let locations: HashMap<String, String> = self
+            .locate(cluster, grains.into_iter())
+            .await?
+            .into_iter()
+            .map(|(grain, silo, _)| (grain, silo))
+            .collect();
+        let view = membership.view();
+        let targets: Vec<String> = view
+            .silos
+            .iter()
+            .filter(|s| view.status(s) == SiloStatus::Active)
+            .map(|s| s.id.to_string())
+            .collect();
+        let policy = &membership.policy;
+        let fixed = fixed_types(policy);
+        let anchoring = policy.repartitioner.anchoring_filter_enabled;
+        let movable = |grain: &str| {
+            let grain_type = grain.split('/').next().unwrap_or_default();
+            !fixed.contains(grain_type) && !(anchoring && state.is_anchored(grain))
+        };
+        let graph = Graph::build(
+            edges.iter().map(|e| (e.a, e.b, e.count)),
+            &GraphInput {
+                targets: targets.clone(),
+                locations: &locations,
+                movable: &movable,
+            },
+        );
+        let open = self.store.open_migration_counts(cluster).await?;
+        let mut counts = Vec::with_capacity(targets.len());
+        for silo in &targets {
+            let id = SiloId::parse("silo", silo).map_err(|e| {
+                OracleError::Store(crate::store::StoreError::Corrupt(e.to_string()))
+            })?;
+            let here = self.store.silo_counts(cluster, &id).await?;
+            let arriving: u64 = open
+                .iter()
+                .filter(|(_, to, _)| to == silo)
+                .map(|(_, _, n)| n)
+                .sum();
+            counts.push(here.activations as i64 - here.migrating as i64 + arriving as i64);
+        }
+        Ok((graph, counts))
+    }
+
+    /// Live activations of `grains`: (grain, silo, epoch).
+    async fn locate<'g>(
+        &self,
+        cluster: &ClusterName,
+        grains: impl Iterator<Item = &'g str>,
+    ) -> Result<Vec<(String, String, i64)>, OracleError> {
+        let ids: Vec<GrainId> = grains
+            .filter_map(|g| GrainId::parse("grain", g).ok())
+            .collect();
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(LOOKUP_CHUNK) {
+            for located in self.store.lookup(cluster, chunk).await? {
+                if located.live {
+                    let a = located.activation;
+                    found.push((a.grain, a.silo, a.epoch));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The rebalancer's last measured deviation (Orleans' `ClusterImbalance`), 0 before any.
+    async fn rebalancer_deviation(&self, cluster: &ClusterName) -> Result<f64, OracleError> {
+        let stored = self.store.work_state(cluster, "rebalancer").await?;
+        Ok(stored
+            .and_then(|state| state.get("deviation").and_then(serde_json::Value::as_f64))
+            .unwrap_or(0.0))
+    }
+
+    async fn stored_repartitioner(
+        &self,
+        cluster: &ClusterName,
+        now: Millis,
+        options: &RepartitionerOptions,
+    ) -> Result<Repartitioner, OracleError> {
+        Ok(self.read_repartitioner(cluster, now, options).await?.0)
+    }
+
+    /// The stored repartitioner (a fresh one when none is stored or it cannot be read), and
+    /// whether one was stored.
+    async fn read_repartitioner(
+        &self,
+        cluster: &ClusterName,
+        now: Millis,
+        options: &RepartitionerOptions,
+    ) -> Result<(Repartitioner, bool), OracleError> {
+        let stored = self.store.work_state(cluster, KIND).await?;
+        let found = stored.is_some();
+        let state = match stored.map(crate::validation::from_stored_json::<Repartitioner>) {
+            Some(Ok(state)) => state,
+            Some(Err(error)) => {
+                tracing::error!(%cluster, %error, "the stored repartitioner state cannot be read; starting afresh");
+                self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
+            }
+            None => {
+                self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
+            }
+        };
+        Ok((state, found))
+    }
+
+    async fn save_repartitioner(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        state: &Repartitioner,
+    ) -> Result<(), OracleError> {
+        let value = serde_json::to_value(state).expect("the repartitioner serialises");
+        if self
+            .store
+            .save_work_state(cluster, lease, KIND, &value)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(self.lost_lease(cluster).await)
+        }
+    }
+}
+
+/// Grain types the repartitioner never moves: immovable for it, or stateless workers.
+fn fixed_types(policy: &Policy) -> HashSet<String> {
+    let mut fixed: HashSet<String> = policy
+        .immovable_types(Immovable::keeps_from_repartitioner)
+        .into_iter()
+        .collect();
+    fixed.extend(
+        policy
+            .grain_types
+            .keys()
+            .filter(|t| policy.resolve(t, None).strategy == Strategy::StatelessWorker)
+            .cloned(),
+    );
+    fixed
+}

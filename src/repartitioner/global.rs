@@ -1,0 +1,244 @@
+//! The oracle's planner: one plan over every silo at once, greedy by gain with capacity.
+//!
+//! Each movable grain's gain for a silo is the weight of its edges to grains there less the weight
+//! to grains on its own silo. The plan repeatedly moves the grain with the largest positive gain
+//! to its best silo that balance allows, then updates its neighbours' gains; a grain moves at most
+//! once per round (no ping-pong). Balance: no silo may go above `mean × (1 + p)` or below
+//! `mean × (1 − p)` activations, except that the most loaded silo, when above the bound, may
+//! always send to a lighter one. Passes repeat while they move something, because a grain that
+//! had no room may find some after others left. No move is planned whose gain, at the time it is
+//! planned, is not positive.
+
+use std::collections::BinaryHeap;
+
+use super::graph::{Graph, PlannedMove};
+
+/// Most passes of one plan (each moves at least one grain).
+const MAX_PASSES: usize = 16;
+
+/// The activation-count bounds of a plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    pub low: i64,
+    pub high: i64,
+}
+
+impl Bounds {
+    /// `mean × (1 ± percent/100)`, rounded outwards so the mean itself is always within.
+    pub fn around_mean(counts: &[i64], percent: u32) -> Self {
+        let total: i64 = counts.iter().sum();
+        let mean = total as f64 / counts.len().max(1) as f64;
+        let slack = f64::from(percent) / 100.0;
+        Self {
+            low: (mean * (1.0 - slack)).floor() as i64,
+            high: (mean * (1.0 + slack)).ceil() as i64,
+        }
+    }
+}
+
+/// Plans moves on `graph`; `counts` are the activations of each target silo (index as in
+/// `graph.silos`, only the first `graph.targets`) and are updated with the moves.
+pub fn plan(graph: &Graph, counts: &mut [i64], bounds: Bounds) -> Vec<PlannedMove> {
+    let mut location = graph.locations();
+    let mut moved = vec![false; graph.vertices.len()];
+    let mut moves = Vec::new();
+    for _ in 0..MAX_PASSES {
+        let before = moves.len();
+        let mut heap: BinaryHeap<(u64, std::cmp::Reverse<usize>)> = (0..graph.vertices.len())
+            .filter(|&v| graph.vertices[v].movable)
+            .filter_map(|v| {
+                best(graph, v, &location, counts, bounds)
+                    .map(|(gain, _)| (gain, std::cmp::Reverse(v)))
+            })
+            .collect();
+        while let Some((gain, std::cmp::Reverse(v))) = heap.pop() {
+            if moved[v] {
+                continue;
+            }
+            match best(graph, v, &location, counts, bounds) {
+                // The gain changed since it was queued: queue it again with the gain it has now.
+                Some((now, _)) if now != gain => heap.push((now, std::cmp::Reverse(v))),
+                Some((_, to)) => {
+                    let from = location[v];
+                    counts[from] -= 1;
+                    counts[to] += 1;
+                    location[v] = to;
+                    moved[v] = true;
+                    moves.push(PlannedMove {
+                        vertex: v,
+                        from,
+                        to,
+                    });
+                    for &(u, _) in &graph.adjacency[v] {
+                        if graph.vertices[u].movable && !moved[u] {
+                            if let Some((gain, _)) = best(graph, u, &location, counts, bounds) {
+                                heap.push((gain, std::cmp::Reverse(u)));
+                            }
+                        }
+                    }
+                }
+                None => {}
+            }
+        }
+        if moves.len() == before {
+            break;
+        }
+    }
+    moves
+}
+
+/// The silo where `v` gains most that balance allows, and the gain; `None` without a positive one.
+fn best(
+    graph: &Graph,
+    v: usize,
+    location: &[usize],
+    counts: &[i64],
+    bounds: Bounds,
+) -> Option<(u64, usize)> {
+    let from = location[v];
+    let by_silo = graph.weights_by_silo(v, location);
+    let here = by_silo.get(&from).copied().unwrap_or(0);
+    let heaviest = counts.iter().copied().max().unwrap_or(0);
+    let mut choice: Option<(u64, usize)> = None;
+    for (&to, &weight) in &by_silo {
+        if to == from || to >= graph.targets || weight <= here {
+            continue;
+        }
+        let within = counts[to] < bounds.high && counts[from] > bounds.low;
+        let sheds_the_largest_excess =
+            counts[from] == heaviest && counts[from] > bounds.high && counts[to] + 1 < counts[from];
+        if !(within || sheds_the_largest_excess) {
+            continue;
+        }
+        let gain = weight - here;
+        // Largest gain; among equals the silo with fewer activations, then the lower index.
+        let better = match choice {
+            None => true,
+            Some((g, t)) => gain > g || (gain == g && (counts[to], to) < (counts[t], t)),
+        };
+        if better {
+            choice = Some((gain, to));
+        }
+    }
+    choice
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::{prop_assert, proptest};
+
+    use super::*;
+    use crate::repartitioner::graph::GraphInput;
+
+    pub(crate) fn graph(edges: &[(&str, &str, u64)], at: &[(&str, &str)], fixed: &[&str]) -> Graph {
+        let locations: HashMap<String, String> = at
+            .iter()
+            .map(|(g, s)| (g.to_string(), s.to_string()))
+            .collect();
+        let mut targets: Vec<String> = at.iter().map(|(_, s)| s.to_string()).collect();
+        targets.sort();
+        targets.dedup();
+        let movable = |g: &str| !fixed.contains(&g);
+        Graph::build(
+            edges.iter().map(|&(a, b, w)| (a, b, w)),
+            &GraphInput {
+                targets,
+                locations: &locations,
+                movable: &movable,
+            },
+        )
+    }
+
+    fn placed(graph: &Graph, moves: &[PlannedMove]) -> Vec<(String, String)> {
+        let mut location = graph.locations();
+        for m in moves {
+            location[m.vertex] = m.to;
+        }
+        let mut out: Vec<(String, String)> = graph
+            .vertices
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.grain.clone(), graph.silos[location[i]].clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_grain_joins_the_silo_it_calls_most() {
+        // Orleans scenario 1: A@S1 calls B and C on S2; C calls B.
+        let g = graph(
+            &[("A", "B", 4), ("A", "C", 4), ("C", "B", 4)],
+            &[("A", "S1"), ("B", "S2"), ("C", "S2")],
+            &[],
+        );
+        let mut counts = vec![10, 10];
+        let moves = plan(&g, &mut counts, Bounds { low: 0, high: 100 });
+        assert_eq!(
+            placed(&g, &moves),
+            [
+                ("A".into(), "S2".into()),
+                ("B".into(), "S2".into()),
+                ("C".into(), "S2".into())
+            ]
+        );
+        assert_eq!(counts, [9, 11]);
+    }
+
+    #[test]
+    fn balance_bounds_hold_and_only_the_heaviest_silo_may_shed_past_them() {
+        // Four pairs split across two silos; a bound of 5 lets only one more grain onto S1.
+        let edges: Vec<(String, String)> =
+            (0..4).map(|i| (format!("e{i}"), format!("f{i}"))).collect();
+        let e: Vec<(&str, &str, u64)> = edges
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str(), 4))
+            .collect();
+        let at: Vec<(&str, &str)> = edges
+            .iter()
+            .flat_map(|(a, b)| [(a.as_str(), "S1"), (b.as_str(), "S2")])
+            .collect();
+        let g = graph(&e, &at, &[]);
+        let mut counts = vec![4, 4];
+        let moves = plan(&g, &mut counts, Bounds { low: 3, high: 5 });
+        assert!(counts.iter().all(|&c| (3..=5).contains(&c)), "{counts:?}");
+        let remote = g.remote_fraction(&{
+            let mut l = g.locations();
+            moves.iter().for_each(|m| l[m.vertex] = m.to);
+            l
+        });
+        assert_eq!(remote, 0.0, "every pair ends together: {moves:?}");
+    }
+
+    proptest! {
+        /// Whatever the graph: the remote fraction never rises, no grain moves twice, fixed
+        /// grains stay, and silos within the bounds before stay within them.
+        #[test]
+        fn plans_only_help_and_keep_balance(
+            edges in proptest::collection::vec((0usize..40, 0usize..40, 1u64..10), 1..120),
+            homes in proptest::collection::vec(0usize..4, 40),
+        ) {
+            let names: Vec<String> = (0..40).map(|i| format!("g{i}")).collect();
+            let e: Vec<(&str, &str, u64)> = edges.iter().map(|&(a, b, w)| (names[a].as_str(), names[b].as_str(), w)).collect();
+            let silos = ["S0", "S1", "S2", "S3"];
+            let at: Vec<(&str, &str)> = (0..40).map(|i| (names[i].as_str(), silos[homes[i]])).collect();
+            let fixed = [names[0].as_str(), names[1].as_str()];
+            let g = graph(&e, &at, &fixed);
+            let mut counts: Vec<i64> = vec![100; g.targets];
+            let bounds = Bounds::around_mean(&counts, 10);
+            let before = g.remote_fraction(&g.locations());
+            let moves = plan(&g, &mut counts, bounds);
+            let mut location = g.locations();
+            let mut seen = std::collections::HashSet::new();
+            for m in &moves {
+                prop_assert!(seen.insert(m.vertex));
+                prop_assert!(g.vertices[m.vertex].movable);
+                location[m.vertex] = m.to;
+            }
+            prop_assert!(g.remote_fraction(&location) <= before + 1e-12);
+            prop_assert!(counts.iter().all(|&c| c >= bounds.low && c <= bounds.high), "{:?}", counts);
+        }
+    }
+}
