@@ -307,7 +307,8 @@ impl Oracle {
         let anchoring = policy.repartitioner.anchoring_filter_enabled;
         let movable = |grain: &str| {
             let grain_type = grain.split('/').next().unwrap_or_default();
-            !fixed.contains(grain_type) && !(anchoring && state.is_anchored(grain))
+            let anchored = anchoring && state.is_anchored(grain);
+            !(fixed.contains(grain_type) || anchored)
         };
         let graph = Graph::build(
             edges.iter().map(|e| (e.a, e.b, e.count)),
