@@ -29,6 +29,7 @@ mod ops;
 mod packaging;
 mod proxy;
 mod rebalancing;
+mod repartitioning;
 mod replicas;
 mod single_activation;
 mod store_parts;
