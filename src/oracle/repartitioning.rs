@@ -305,17 +305,15 @@ impl Oracle {
         let policy = &membership.policy;
         let fixed = fixed_types(policy);
         let anchoring = policy.repartitioner.anchoring_filter_enabled;
-        let movable = |grain: &str| {
-            let grain_type = grain.split('/').next().unwrap_or_default();
-            let anchored = anchoring && state.is_anchored(grain);
-            !(fixed.contains(grain_type) || anchored)
-        };
+        let movable = |grain: &str| !fixed.contains(grain.split('/').next().unwrap_or_default());
+        let anchored = |grain: &str| anchoring && state.is_anchored(grain);
         let graph = Graph::build(
             edges.iter().map(|e| (e.a, e.b, e.count)),
             &GraphInput {
                 targets: targets.clone(),
                 locations: &locations,
                 movable: &movable,
+                anchored: &anchored,
             },
         );
         let open = self.store.open_migration_counts(cluster).await?;

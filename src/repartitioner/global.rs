@@ -1,13 +1,16 @@
 //! The oracle's planner: one plan over every silo at once, greedy by gain with capacity.
 //!
 //! Each movable grain's gain for a silo is the weight of its edges to grains there less the weight
-//! to grains on its own silo. The plan repeatedly moves the grain with the largest positive gain
-//! to its best silo that balance allows, then updates its neighbours' gains; a grain moves at most
-//! once per round (no ping-pong). Balance: no silo may go above `mean × (1 + p)` or below
-//! `mean × (1 − p)` activations, except that the most loaded silo, when above the bound, may
-//! always send to a lighter one. Passes repeat while they move something, because a grain that
-//! had no room may find some after others left. No move is planned whose gain, at the time it is
-//! planned, is not positive.
+//! to grains on its own silo. A grain pass repeatedly moves the grain with the largest positive
+//! gain to its best silo that balance allows, then updates its neighbours' gains. Single moves
+//! stall where a community is split down the middle (a grain on the border has as many partners on
+//! each side), so a group pass follows: the grains of a silo that call each other there (connected
+//! through same-silo edges, at most [`MAX_GROUP`]) move together when the group's edges to another
+//! silo outweigh its edges to the rest of its own. Passes alternate while they move something. A
+//! grain moves at most once per round (no ping-pong). Balance: no silo may go above
+//! `mean × (1 + p)` or below `mean × (1 − p)` activations, except that the most loaded silo, when
+//! above the bound, may always send a grain to a lighter one. No move is planned whose gain, at the
+//! time it is planned, is not positive.
 
 use std::collections::BinaryHeap;
 
@@ -15,6 +18,8 @@ use super::graph::{Graph, PlannedMove};
 
 /// Most passes of one plan (each moves at least one grain).
 const MAX_PASSES: usize = 16;
+/// Largest group of grains the group pass moves as one.
+pub const MAX_GROUP: usize = 64;
 
 /// The activation-count bounds of a plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,7 +50,7 @@ pub fn plan(graph: &Graph, counts: &mut [i64], bounds: Bounds) -> Vec<PlannedMov
     for _ in 0..MAX_PASSES {
         let before = moves.len();
         let mut heap: BinaryHeap<(u64, std::cmp::Reverse<usize>)> = (0..graph.vertices.len())
-            .filter(|&v| graph.vertices[v].movable)
+            .filter(|&v| offered(graph, v))
             .filter_map(|v| {
                 best(graph, v, &location, counts, bounds)
                     .map(|(gain, _)| (gain, std::cmp::Reverse(v)))
@@ -70,7 +75,7 @@ pub fn plan(graph: &Graph, counts: &mut [i64], bounds: Bounds) -> Vec<PlannedMov
                         to,
                     });
                     for &(u, _) in &graph.adjacency[v] {
-                        if graph.vertices[u].movable && !moved[u] {
+                        if offered(graph, u) && !moved[u] {
                             if let Some((gain, _)) = best(graph, u, &location, counts, bounds) {
                                 heap.push((gain, std::cmp::Reverse(u)));
                             }
@@ -80,11 +85,126 @@ pub fn plan(graph: &Graph, counts: &mut [i64], bounds: Bounds) -> Vec<PlannedMov
                 None => {}
             }
         }
+        group_pass(graph, &mut location, &mut moved, counts, bounds, &mut moves);
         if moves.len() == before {
             break;
         }
     }
     moves
+}
+
+/// Moves whole same-silo groups of unmoved, movable grains whose edges to another silo outweigh
+/// their edges to the rest of their own, best gain first.
+fn group_pass(
+    graph: &Graph,
+    location: &mut [usize],
+    moved: &mut [bool],
+    counts: &mut [i64],
+    bounds: Bounds,
+    moves: &mut Vec<PlannedMove>,
+) {
+    let free = |v: usize, moved: &[bool]| graph.vertices[v].movable && !moved[v];
+    // Union-find over same-silo edges between free grains.
+    let mut parent: Vec<usize> = (0..graph.vertices.len()).collect();
+    fn root(parent: &mut [usize], mut v: usize) -> usize {
+        while parent[v] != v {
+            parent[v] = parent[parent[v]];
+            v = parent[v];
+        }
+        v
+    }
+    for v in 0..graph.vertices.len() {
+        if !free(v, moved) {
+            continue;
+        }
+        for &(u, _) in &graph.adjacency[v] {
+            if u > v && free(u, moved) && location[u] == location[v] {
+                let (a, b) = (root(&mut parent, v), root(&mut parent, u));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for v in (0..graph.vertices.len()).filter(|&v| free(v, moved)) {
+        groups.entry(root(&mut parent, v)).or_default().push(v);
+    }
+    let groups: Vec<Vec<usize>> = groups
+        .into_values()
+        .filter(|g| g.len() > 1 && g.len() <= MAX_GROUP)
+        .collect();
+    let mut ranked: Vec<(u64, usize)> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| {
+            best_for_group(graph, g, location, counts, bounds).map(|(gain, _)| (gain, i))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in ranked {
+        let group = &groups[i];
+        // Neighbours may have moved since it was ranked: judge it again.
+        let Some((_, to)) = best_for_group(graph, group, location, counts, bounds) else {
+            continue;
+        };
+        let from = location[group[0]];
+        let n = group.len() as i64;
+        counts[from] -= n;
+        counts[to] += n;
+        for &v in group {
+            location[v] = to;
+            moved[v] = true;
+            moves.push(PlannedMove {
+                vertex: v,
+                from,
+                to,
+            });
+        }
+    }
+}
+
+/// The silo where a same-silo group gains most that balance allows, and the gain.
+fn best_for_group(
+    graph: &Graph,
+    group: &[usize],
+    location: &[usize],
+    counts: &[i64],
+    bounds: Bounds,
+) -> Option<(u64, usize)> {
+    let from = location[group[0]];
+    let members: std::collections::HashSet<usize> = group.iter().copied().collect();
+    let mut by_silo: std::collections::HashMap<usize, u64> = Default::default();
+    for &v in group {
+        for &(u, w) in &graph.adjacency[v] {
+            if !members.contains(&u) {
+                *by_silo.entry(location[u]).or_default() += w;
+            }
+        }
+    }
+    let here = by_silo.get(&from).copied().unwrap_or(0);
+    let n = group.len() as i64;
+    let mut choice: Option<(u64, usize)> = None;
+    for (&to, &weight) in &by_silo {
+        if to == from || to >= graph.targets || weight <= here {
+            continue;
+        }
+        if counts[to] + n > bounds.high || counts[from] - n < bounds.low {
+            continue;
+        }
+        let gain = weight - here;
+        let better = match choice {
+            None => true,
+            Some((g, t)) => gain > g || (gain == g && (counts[to], to) < (counts[t], t)),
+        };
+        if better {
+            choice = Some((gain, to));
+        }
+    }
+    choice
+}
+
+/// Whether the grain pass may offer `v` alone.
+fn offered(graph: &Graph, v: usize) -> bool {
+    graph.vertices[v].movable && !graph.vertices[v].anchored
 }
 
 /// The silo where `v` gains most that balance allows, and the gain; `None` without a positive one.
@@ -147,6 +267,7 @@ pub(crate) mod tests {
                 targets,
                 locations: &locations,
                 movable: &movable,
+                anchored: &|_| false,
             },
         )
     }

@@ -9,9 +9,12 @@ pub struct Vertex {
     pub grain: String,
     /// Index into [`Graph::silos`].
     pub silo: usize,
-    /// Whether a planner may move it (a movable type, on an active silo, without an open
-    /// migration, and not anchored).
+    /// Whether a planner may move it at all (a movable type, on a silo that may receive grains).
     pub movable: bool,
+    /// Whether it is anchored: its home traffic outweighed its remote traffic in a recent round.
+    /// An anchored grain is not offered alone; the global plan may still move it with the
+    /// same-silo group it belongs to (the group's gain counts that home traffic).
+    pub anchored: bool,
 }
 
 /// Grains, their silos and the weighted edges between them.
@@ -32,8 +35,10 @@ pub struct GraphInput<'a> {
     pub targets: Vec<String>,
     /// Every grain's silo, for grains with an activation (other silos than `targets` included).
     pub locations: &'a HashMap<String, String>,
-    /// Whether a grain on a target silo may move.
+    /// Whether a grain on a target silo may move at all.
     pub movable: &'a dyn Fn(&str) -> bool,
+    /// Whether a grain is anchored (see [`Vertex::anchored`]).
+    pub anchored: &'a dyn Fn(&str) -> bool,
 }
 
 impl Graph {
@@ -69,6 +74,7 @@ impl Graph {
                 grain: grain.to_owned(),
                 silo,
                 movable,
+                anchored: (input.anchored)(grain),
             });
             graph.adjacency.push(Vec::new());
             vertex_index.insert(grain.to_owned(), graph.vertices.len() - 1);

@@ -34,7 +34,10 @@ fn round_half_even(x: f64) -> f64 {
 /// their traffic at home, with the difference as their transfer score.
 fn candidates(graph: &Graph, silo: usize, partner: usize, location: &[usize]) -> Vec<(usize, i64)> {
     (0..graph.vertices.len())
-        .filter(|&v| location[v] == silo && graph.vertices[v].movable)
+        .filter(|&v| {
+            let vertex = &graph.vertices[v];
+            location[v] == silo && vertex.movable && !vertex.anchored
+        })
         .filter_map(|v| {
             let by_silo = graph.weights_by_silo(v, location);
             let home = by_silo.get(&silo).copied().unwrap_or(0);
