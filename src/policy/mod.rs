@@ -139,6 +139,7 @@ impl Policy {
                 ));
             }
         }
+        warnings.extend(self.repartitioner.warnings("repartitioner."));
         warnings
     }
 

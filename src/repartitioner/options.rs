@@ -22,10 +22,11 @@ pub struct RepartitionerOptions {
     /// Edge reports waiting to be counted, across replicas; beyond it the oldest are dropped
     /// (and counted). At least 1.
     pub max_unprocessed_edges: u32,
-    /// Shortest time between rounds; more than 0 and at least `recovery_period_ms`.
+    /// Shortest time between rounds; more than 0. Below `recovery_period_ms`, a round after moves
+    /// still waits the recovery period (a warning says so).
     pub min_round_period_ms: u64,
-    /// Longest time between rounds (each round's period is drawn from [min, max)); at least
-    /// `min_round_period_ms` (equal means a fixed period).
+    /// Longest time between rounds (each round's period is drawn from [min, max)); equal to the
+    /// minimum, or below it (a warning says so), the period is fixed at the minimum.
     pub max_round_period_ms: u64,
     /// Quiet time after a round that moved grains, before the next.
     pub recovery_period_ms: u64,
@@ -88,22 +89,6 @@ impl RepartitionerOptions {
             "min_round_period_ms",
             "must be more than 0 (Orleans accepts 0, then fails drawing the period)".into(),
         );
-        check(
-            self.min_round_period_ms >= self.recovery_period_ms,
-            "min_round_period_ms",
-            format!(
-                "must be at least recovery_period_ms ({})",
-                self.recovery_period_ms
-            ),
-        );
-        check(
-            self.max_round_period_ms >= self.min_round_period_ms,
-            "max_round_period_ms",
-            format!(
-                "must be at least min_round_period_ms ({})",
-                self.min_round_period_ms
-            ),
-        );
         for (field, value) in [
             ("min_round_period_ms", self.min_round_period_ms),
             ("max_round_period_ms", self.max_round_period_ms),
@@ -126,6 +111,35 @@ impl RepartitionerOptions {
             "must be from 1 to 100".into(),
         );
         v.finish(|| ())
+    }
+}
+
+impl RepartitionerOptions {
+    /// Combinations Orleans refuses that the published schema cannot state (they relate two
+    /// fields): accepted, with what the oracle does instead. A `max_round_period_ms` below the
+    /// minimum makes the period fixed at the minimum (reference quirk 7 allows either); a
+    /// `min_round_period_ms` below the recovery period still waits the recovery after moves.
+    pub fn warnings(&self, prefix: &str) -> Vec<crate::validation::FieldError> {
+        let mut warnings = Vec::new();
+        if self.max_round_period_ms < self.min_round_period_ms {
+            warnings.push(crate::validation::FieldError {
+                field: format!("{prefix}max_round_period_ms"),
+                message: format!(
+                    "is below min_round_period_ms ({}): rounds come every {} ms exactly",
+                    self.min_round_period_ms, self.min_round_period_ms
+                ),
+            });
+        }
+        if self.min_round_period_ms < self.recovery_period_ms {
+            warnings.push(crate::validation::FieldError {
+                field: format!("{prefix}min_round_period_ms"),
+                message: format!(
+                    "is below recovery_period_ms ({}): a round after moves still waits the recovery period",
+                    self.recovery_period_ms
+                ),
+            });
+        }
+        warnings
     }
 }
 
@@ -173,23 +187,32 @@ mod tests {
             probabilistic_filtering_max_allowed_error_rate: fp,
             ..RepartitionerOptions::default()
         };
+        let warned = |o: RepartitionerOptions| -> Vec<String> {
+            o.warnings("").into_iter().map(|w| w.field).collect()
+        };
         assert_eq!(fields(row(0, 1, 1, 1, 1, 0.01)), ["max_edge_count"]);
         assert_eq!(fields(row(1, 0, 1, 1, 1, 0.01)), ["max_unprocessed_edges"]);
-        assert_eq!(
-            fields(row(1, 1, 0, 1, 1, 0.01)),
-            ["min_round_period_ms", "min_round_period_ms"]
-        );
-        assert_eq!(fields(row(1, 1, 2, 1, 1, 0.01)), ["max_round_period_ms"]);
-        assert_eq!(fields(row(1, 1, 2, 1, 2, 0.01)), ["max_round_period_ms"]);
+        assert_eq!(fields(row(1, 1, 0, 1, 1, 0.01)), ["min_round_period_ms"]);
         assert_eq!(
             fields(row(1, 1, 2, 1, 2, 0.1)),
-            [
-                "max_round_period_ms",
-                "probabilistic_filtering_max_allowed_error_rate"
-            ]
+            ["probabilistic_filtering_max_allowed_error_rate"]
+        );
+        // Rules between two fields are accepted with a warning saying what happens instead.
+        assert_eq!(
+            (
+                fields(row(1, 1, 2, 1, 1, 0.01)),
+                warned(row(1, 1, 2, 1, 1, 0.01))
+            ),
+            (Vec::<String>::new(), vec!["max_round_period_ms".to_owned()])
+        );
+        assert_eq!(
+            warned(row(1, 1, 0, 1, 1, 0.01)),
+            ["min_round_period_ms"],
+            "min 0 < recovery 1"
         );
         assert!(
-            fields(row(1, 1, 5, 5, 5, 0.01)).is_empty(),
+            fields(row(1, 1, 5, 5, 5, 0.01)).is_empty()
+                && warned(row(1, 1, 5, 5, 5, 0.01)).is_empty(),
             "min == max: a fixed period"
         );
     }
