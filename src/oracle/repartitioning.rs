@@ -161,7 +161,8 @@ impl Oracle {
         let (mut state, stored) = self.read_repartitioner(cluster, now, &options).await?;
         let due = options.enabled && state.round_due(now);
         let waiting = intake.last_seq > state.absorbed_through;
-        let absorb = waiting && (due || now - state.last_absorbed_at_ms >= ABSORB_EVERY_MS);
+        let absorb =
+            waiting && (due || now.saturating_sub(state.last_absorbed_at_ms) >= ABSORB_EVERY_MS);
         if absorb {
             self.absorb(cluster, now, &options, &mut state).await?;
         }

@@ -134,7 +134,8 @@ impl Repartitioner {
             next_round_at_ms: now + period(options, rng),
             last_moves_at_ms: None,
             absorbed_through: 0,
-            last_absorbed_at_ms: now,
+            // Never counted yet: the first waiting reports are counted at once.
+            last_absorbed_at_ms: Millis::MIN,
             reports: VecDeque::new(),
         }
     }

@@ -304,6 +304,15 @@ async fn the_lease_holder_runs_rounds_on_the_timer(backend: Backend) {
     report(&app, &[("g/a", "g/b", 10)]).await;
     let first = app.oracle.drive(&cluster).await.unwrap().unwrap();
     assert!(first.round.is_none(), "not due yet");
+    let counted = app.get("/repartitioner").await;
+    assert_eq!(
+        (
+            &counted.body["tracked_edges"],
+            &counted.body["pending_edges"]
+        ),
+        (&json!(1), &json!(0)),
+        "the driver counts waiting reports at once, before any round"
+    );
     app.clock.advance_ms(2_000);
     for silo in [S1, S2] {
         app.heartbeat(silo, json!({})).await;
