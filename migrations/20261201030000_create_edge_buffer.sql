@@ -1,6 +1,8 @@
 -- Edge reports (grain-to-grain call counts) between their arrival on any replica and the lease
--- holder's counting into the repartitioner's sketch. Bounded per cluster: an append drops the
--- oldest beyond the policy's max_unprocessed_edges, counting them in `dropped`.
+-- holder's counting into the repartitioner's sketch. One row per report (its edges as arrays, so
+-- a flood of reports costs one tuple per report, not one per edge), numbered per cluster through
+-- `edge_intake`: a report of n edges takes the numbers first_seq..last_seq. Bounded per cluster:
+-- an append drops the oldest edges beyond the policy's max_unprocessed_edges, counting them.
 CREATE TABLE edge_intake (
     cluster  text   COLLATE "C" PRIMARY KEY REFERENCES clusters (name) ON DELETE CASCADE,
     last_seq bigint NOT NULL DEFAULT 0,
@@ -8,10 +10,11 @@ CREATE TABLE edge_intake (
 );
 
 CREATE TABLE edge_buffer (
-    cluster    text   COLLATE "C" NOT NULL,
-    seq        bigint NOT NULL,
-    from_grain text   NOT NULL,
-    to_grain   text   NOT NULL,
-    count      bigint NOT NULL,
-    PRIMARY KEY (cluster, seq)
+    cluster     text     COLLATE "C" NOT NULL,
+    first_seq   bigint   NOT NULL,
+    last_seq    bigint   NOT NULL,
+    from_grains text[]   NOT NULL,
+    to_grains   text[]   NOT NULL,
+    counts      bigint[] NOT NULL,
+    PRIMARY KEY (cluster, last_seq)
 );

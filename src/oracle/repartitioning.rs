@@ -24,6 +24,8 @@ const KIND: &str = "repartitioner";
 const ABSORB_EVERY_MS: Millis = 5_000;
 /// Most edge reports counted in one step.
 const MAX_ABSORBED: u32 = 250_000;
+/// Edge reports read from the store at a time while counting (bounds the replica's memory).
+const ABSORB_PAGE: u32 = 10_000;
 /// Grains looked up in the directory per call.
 const LOOKUP_CHUNK: usize = 1_000;
 
@@ -191,17 +193,24 @@ impl Oracle {
         options: &RepartitionerOptions,
         state: &mut Repartitioner,
     ) -> Result<(), OracleError> {
-        let pending = self
-            .store
-            .pending_edges(cluster, state.absorbed_through, MAX_ABSORBED)
-            .await?;
-        state.absorb(
-            now,
-            options,
-            pending
-                .iter()
-                .map(|e| (e.seq, e.from.as_str(), e.to.as_str(), e.count)),
-        );
+        let mut counted = 0;
+        while counted < MAX_ABSORBED {
+            let pending = self
+                .store
+                .pending_edges(cluster, state.absorbed_through, ABSORB_PAGE)
+                .await?;
+            state.absorb(
+                now,
+                options,
+                pending
+                    .iter()
+                    .map(|e| (e.seq, e.from.as_str(), e.to.as_str(), e.count)),
+            );
+            counted += pending.len() as u32;
+            if pending.len() < ABSORB_PAGE as usize {
+                break;
+            }
+        }
         Ok(())
     }
 

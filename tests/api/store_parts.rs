@@ -10,8 +10,8 @@ use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
-    Completion, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration, Refusal,
-    Registration, Store,
+    Completion, EdgeReport, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration,
+    Refusal, Registration, Store,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -813,7 +813,65 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
     assert!(store.clusters_moving_grains().await.unwrap().is_empty());
 }
 
+async fn edge_reports_are_numbered_read_in_pages_bounded_and_forgotten(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    let report = |n: usize, tag: &str| -> Vec<EdgeReport> {
+        (0..n)
+            .map(|i| EdgeReport {
+                from: GrainId::parse("grain", &format!("{tag}/{i}")).unwrap(),
+                to: GrainId::parse("grain", "user/hub").unwrap(),
+                count: i as u64 + 1,
+            })
+            .collect()
+    };
+    let unknown = ClusterName::parse("nowhere").unwrap();
+    assert_eq!(
+        store
+            .append_edges(&unknown, &report(1, "x"), 10)
+            .await
+            .unwrap(),
+        None
+    );
+    for (n, tag) in [(2, "a"), (3, "b"), (4, "c")] {
+        assert_eq!(
+            store
+                .append_edges(&cluster(), &report(n, tag), 100)
+                .await
+                .unwrap(),
+            Some(0)
+        );
+    }
+    // A page cuts through reports: edges 2 to 5, in order.
+    let page = store.pending_edges(&cluster(), 1, 4).await.unwrap();
+    let seen: Vec<(i64, &str)> = page.iter().map(|e| (e.seq, e.from.as_str())).collect();
+    assert_eq!(seen, [(2, "a/1"), (3, "b/0"), (4, "b/1"), (5, "b/2")]);
+    assert_eq!(page[0].count, 2);
+    // Forgetting through 5 leaves the last report's four; the bound then drops the oldest.
+    store.forget_edges(&cluster(), 5).await.unwrap();
+    let intake = store.edge_intake(&cluster()).await.unwrap();
+    assert_eq!((intake.last_seq, intake.pending, intake.dropped), (9, 4, 0));
+    assert_eq!(
+        store
+            .append_edges(&cluster(), &report(3, "d"), 5)
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    let left: Vec<i64> = store
+        .pending_edges(&cluster(), 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(left, [8, 9, 10, 11, 12]);
+    let intake = store.edge_intake(&cluster()).await.unwrap();
+    assert_eq!((intake.pending, intake.dropped), (5, 2));
+}
+
 for_both_stores!(
+    edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,
     a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,
     work_state_is_written_only_under_the_current_lease,
     movable_activations_are_the_oldest_placed_of_movable_types,

@@ -1,6 +1,7 @@
 //! Edge reports on Postgres. An append takes the cluster's intake row (so appends of one cluster
-//! number their reports in order, one after the other), inserts the reports in one statement and
-//! drops the oldest beyond the bound, in one transaction.
+//! number their edges in order, one after the other), stores the report as one row (its edges as
+//! arrays) and drops the oldest edges beyond the bound — whole reports, and the front of the one
+//! the bound cuts through — in one transaction.
 
 use async_trait::async_trait;
 
@@ -42,25 +43,46 @@ impl PostgresStore {
             .map(|e| i64::try_from(e.count).unwrap_or(i64::MAX))
             .collect();
         sqlx::query(
-            "INSERT INTO edge_buffer (cluster, seq, from_grain, to_grain, count)
-             SELECT $1, $2 + n - 1, f, t, c
-             FROM unnest($3::text[], $4::text[], $5::int8[]) WITH ORDINALITY AS e(f, t, c, n)",
+            "INSERT INTO edge_buffer (cluster, first_seq, last_seq, from_grains, to_grains, counts)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(cluster.as_str())
         .bind(first)
+        .bind(last)
         .bind(&from)
         .bind(&to)
         .bind(&counts)
         .execute(&mut *tx)
         .await?;
-        let dropped: i64 = sqlx::query_scalar(
-            "WITH gone AS (DELETE FROM edge_buffer WHERE cluster = $1 AND seq <= $2 RETURNING 1)
-             SELECT count(*) FROM gone",
+        // Edges numbered up to `bound` are beyond the limit.
+        let bound = last - i64::from(max_unprocessed);
+        let whole: i64 = sqlx::query_scalar(
+            "WITH gone AS (DELETE FROM edge_buffer WHERE cluster = $1 AND last_seq <= $2
+                           RETURNING last_seq - first_seq + 1 AS n)
+             SELECT coalesce(sum(n), 0)::int8 FROM gone",
         )
         .bind(cluster.as_str())
-        .bind(last - i64::from(max_unprocessed))
+        .bind(bound)
         .fetch_one(&mut *tx)
         .await?;
+        let cut: i64 = sqlx::query_scalar(
+            "WITH cut AS (
+                 SELECT last_seq, $2 - first_seq + 1 AS n FROM edge_buffer
+                 WHERE cluster = $1 AND first_seq <= $2 AND last_seq > $2
+             ), trimmed AS (
+                 UPDATE edge_buffer b
+                 SET from_grains = b.from_grains[c.n + 1:], to_grains = b.to_grains[c.n + 1:],
+                     counts = b.counts[c.n + 1:], first_seq = $2 + 1
+                 FROM cut c WHERE b.cluster = $1 AND b.last_seq = c.last_seq
+                 RETURNING c.n
+             )
+             SELECT coalesce(sum(n), 0)::int8 FROM trimmed",
+        )
+        .bind(cluster.as_str())
+        .bind(bound)
+        .fetch_one(&mut *tx)
+        .await?;
+        let dropped = whole + cut;
         if dropped > 0 {
             sqlx::query("UPDATE edge_intake SET dropped = dropped + $2 WHERE cluster = $1")
                 .bind(cluster.as_str())
@@ -94,31 +116,38 @@ impl EdgeStore for PostgresStore {
         limit: u32,
     ) -> Result<Vec<PendingEdge>, StoreError> {
         self.guard(async {
-            let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-                "SELECT seq, from_grain, to_grain, count FROM edge_buffer
-                 WHERE cluster = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            let upto = after.saturating_add(i64::from(limit));
+            let rows: Vec<(i64, Vec<String>, Vec<String>, Vec<i64>)> = sqlx::query_as(
+                "SELECT first_seq, from_grains, to_grains, counts FROM edge_buffer
+                 WHERE cluster = $1 AND last_seq > $2 AND first_seq <= $3 ORDER BY last_seq",
             )
             .bind(cluster.as_str())
             .bind(after)
-            .bind(i64::from(limit))
+            .bind(upto)
             .fetch_all(&self.pool)
             .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(seq, from, to, count)| PendingEdge {
-                    seq,
-                    from,
-                    to,
-                    count: u64::try_from(count).unwrap_or(0),
-                })
-                .collect())
+            let mut pending = Vec::new();
+            for (first, from, to, counts) in rows {
+                for (i, ((from, to), count)) in from.into_iter().zip(to).zip(counts).enumerate() {
+                    let seq = first + i as i64;
+                    if seq > after && seq <= upto {
+                        pending.push(PendingEdge {
+                            seq,
+                            from,
+                            to,
+                            count: u64::try_from(count).unwrap_or(0),
+                        });
+                    }
+                }
+            }
+            Ok(pending)
         })
         .await
     }
 
     async fn forget_edges(&self, cluster: &ClusterName, through: i64) -> Result<(), StoreError> {
         self.guard(async {
-            sqlx::query("DELETE FROM edge_buffer WHERE cluster = $1 AND seq <= $2")
+            sqlx::query("DELETE FROM edge_buffer WHERE cluster = $1 AND last_seq <= $2")
                 .bind(cluster.as_str())
                 .bind(through)
                 .execute(&self.pool)
@@ -132,7 +161,8 @@ impl EdgeStore for PostgresStore {
         self.guard(async {
             let row: Option<(i64, i64, i64)> = sqlx::query_as(
                 "SELECT i.last_seq, i.dropped,
-                        (SELECT count(*) FROM edge_buffer b WHERE b.cluster = i.cluster)
+                        (SELECT coalesce(sum(b.last_seq - b.first_seq + 1), 0)::int8
+                         FROM edge_buffer b WHERE b.cluster = i.cluster)
                  FROM edge_intake i WHERE i.cluster = $1",
             )
             .bind(cluster.as_str())
