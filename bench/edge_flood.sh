@@ -6,7 +6,8 @@
 #   bench/edge_flood.sh                 # 1 000 000 edges in 60 s, batches of 1000
 #   EDGES=2000000 bench/edge_flood.sh
 #
-# The repartitioner is enabled with rounds every 20–30 s, so rounds run under the flood. Edge
+# The repartitioner is enabled with rounds every 20–30 s, so rounds run under the flood (ROUNDS=false:
+# edges are still counted every 5 s, but no round runs). Edge
 # pairs: 20 % among 2 000 hot pairs, the rest uniformly random among the 20 000 placed grains (a
 # worst case for the sketch: almost every cold pair is new). Needs wrk and a Postgres
 # (BENCH_DATABASE_SERVER, default postgres://postgres@127.0.0.1:5432).
@@ -45,7 +46,7 @@ for i in $(seq 0 9); do
     -d "{\"silo\":\"10.0.0.$i:11111@1\",\"cpu_usage\":10}"
 done
 curl -fs -o /dev/null -X PUT "$A/v1/clusters/$BENCH_CLUSTER/policy" -H 'content-type: application/json' \
-  -H 'If-Match: *' -d '{"repartitioner":{"enabled":true,"min_round_period_ms":20000,"max_round_period_ms":30000,"recovery_period_ms":20000}}'
+  -H 'If-Match: *' -d "{\"repartitioner\":{\"enabled\":${ROUNDS:-true},\"min_round_period_ms\":20000,\"max_round_period_ms\":30000,\"recovery_period_ms\":20000}}"
 python3 - "$A" <<'PY'
 import json, os, sys, urllib.request
 base, cluster, grains = sys.argv[1], os.environ["BENCH_CLUSTER"], int(os.environ["BENCH_GRAINS"])
