@@ -162,8 +162,9 @@ impl Oracle {
     /// What an operator's request works on: this replica's gate for the cluster, the lease, a
     /// fresh membership and the stored rebalancer.
     async fn for_request(&self, cluster: &ClusterName) -> Result<Request, OracleError> {
-        let gate = self.mover_gate(cluster).await;
+        // The lease first: an unknown cluster is refused before it gets a gate.
         let lease = self.lease_for_request(cluster).await?;
+        let gate = self.mover_gate(cluster).await;
         let membership = self.read_membership(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;

@@ -139,8 +139,9 @@ impl Oracle {
         &self,
         cluster: &ClusterName,
     ) -> Result<RepartitionerRound, OracleError> {
-        let _gate = self.mover_gate(cluster).await;
+        // The lease first: an unknown cluster is refused before it gets a gate.
         let lease = self.lease_for_request(cluster).await?;
+        let _gate = self.mover_gate(cluster).await;
         let membership = self.read_membership(cluster).await?;
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
@@ -160,6 +161,9 @@ impl Oracle {
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
         let intake = self.store.edge_intake(cluster).await?;
+        if !options.enabled && intake.pending == 0 {
+            return Ok(None);
+        }
         let (mut state, stored) = self.read_repartitioner(cluster, now, &options).await?;
         let due = options.enabled && state.round_due(now);
         let waiting = intake.last_seq > state.absorbed_through;

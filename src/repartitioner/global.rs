@@ -10,7 +10,7 @@
 //! grain moves at most once per round (no ping-pong). Balance: no silo may go above
 //! `mean × (1 + p)` or below `mean × (1 − p)` activations, except that the most loaded silo, when
 //! above the bound, may always send a grain to a lighter one. No move is planned whose gain, at the
-//! time it is planned, is not positive.
+//! time it is planned, is below [`MIN_GAIN`] (so never one that is not positive).
 
 use std::collections::BinaryHeap;
 
@@ -20,6 +20,10 @@ use super::graph::{Graph, PlannedMove};
 const MAX_PASSES: usize = 16;
 /// Largest group of grains the group pass moves as one.
 pub const MAX_GROUP: usize = 64;
+/// Smallest gain worth a migration: a move must bring at least two calls' weight home. A grain
+/// whose one sampled call went elsewhere is noise, not locality (under a flood of random calls,
+/// moving on gain 1 sent thousands of grains chasing pairs that never called again).
+pub const MIN_GAIN: u64 = 2;
 
 /// The activation-count bounds of a plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,7 +180,8 @@ fn best_for_group(
     for &v in group {
         for &(u, w) in &graph.adjacency[v] {
             if !members.contains(&u) {
-                *by_silo.entry(location[u]).or_default() += w;
+                let sum = by_silo.entry(location[u]).or_default();
+                *sum = sum.saturating_add(w);
             }
         }
     }
@@ -184,7 +189,7 @@ fn best_for_group(
     let n = group.len() as i64;
     let mut choice: Option<(u64, usize)> = None;
     for (&to, &weight) in &by_silo {
-        if to == from || to >= graph.targets || weight <= here {
+        if to == from || to >= graph.targets || weight < here.saturating_add(MIN_GAIN) {
             continue;
         }
         if counts[to] + n > bounds.high || counts[from] - n < bounds.low {
@@ -207,7 +212,8 @@ fn offered(graph: &Graph, v: usize) -> bool {
     graph.vertices[v].movable && !graph.vertices[v].anchored
 }
 
-/// The silo where `v` gains most that balance allows, and the gain; `None` without a positive one.
+/// The silo where `v` gains most that balance allows, and the gain; `None` without one of at
+/// least [`MIN_GAIN`].
 fn best(
     graph: &Graph,
     v: usize,
@@ -221,7 +227,7 @@ fn best(
     let heaviest = counts.iter().copied().max().unwrap_or(0);
     let mut choice: Option<(u64, usize)> = None;
     for (&to, &weight) in &by_silo {
-        if to == from || to >= graph.targets || weight <= here {
+        if to == from || to >= graph.targets || weight < here.saturating_add(MIN_GAIN) {
             continue;
         }
         let within = counts[to] < bounds.high && counts[from] > bounds.low;
@@ -306,6 +312,15 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(counts, [9, 11]);
+    }
+
+    #[test]
+    fn one_call_is_not_worth_a_migration_two_are() {
+        let bounds = Bounds { low: 0, high: 100 };
+        let once = graph(&[("A", "B", 1)], &[("A", "S1"), ("B", "S2")], &[]);
+        assert!(plan(&once, &mut [10, 10], bounds).is_empty());
+        let twice = graph(&[("A", "B", 2)], &[("A", "S1"), ("B", "S2")], &[]);
+        assert_eq!(plan(&twice, &mut [10, 10], bounds).len(), 1);
     }
 
     #[test]

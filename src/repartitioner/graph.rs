@@ -97,7 +97,8 @@ impl Graph {
     pub fn weights_by_silo(&self, v: usize, location: &[usize]) -> HashMap<usize, u64> {
         let mut by_silo: HashMap<usize, u64> = HashMap::new();
         for &(u, w) in &self.adjacency[v] {
-            *by_silo.entry(location[u]).or_default() += w;
+            let sum = by_silo.entry(location[u]).or_default();
+            *sum = sum.saturating_add(w);
         }
         by_silo
     }
@@ -105,13 +106,14 @@ impl Graph {
     /// Tracked weight whose two grains are on different silos ÷ all tracked weight (0 when there
     /// is none).
     pub fn remote_fraction(&self, location: &[usize]) -> f64 {
-        let (mut remote, mut all) = (0u64, 0u64);
+        // Wide sums: call counts are the clients' and may be huge.
+        let (mut remote, mut all) = (0u128, 0u128);
         for (v, edges) in self.adjacency.iter().enumerate() {
             for &(u, w) in edges {
                 if u > v {
-                    all += w;
+                    all += u128::from(w);
                     if location[u] != location[v] {
-                        remote += w;
+                        remote += u128::from(w);
                     }
                 }
             }
@@ -134,12 +136,12 @@ impl Graph {
         (0..self.vertices.len())
             .filter(|&v| {
                 let own = location[v];
-                let (mut local, mut remote) = (0u64, 0u64);
+                let (mut local, mut remote) = (0u128, 0u128);
                 for &(u, w) in &self.adjacency[v] {
                     if location[u] == own {
-                        local += w;
+                        local += u128::from(w);
                     } else {
-                        remote += w;
+                        remote += u128::from(w);
                     }
                 }
                 local > remote

@@ -186,9 +186,12 @@ impl Repartitioner {
         rng: &mut impl Rng,
     ) -> RoundSummary {
         self.round += 1;
-        for m in &plan.moves {
-            self.sketch.remove_grain(&graph.vertices[m.vertex].grain);
-        }
+        let moved: std::collections::HashSet<&str> = plan
+            .moves
+            .iter()
+            .map(|m| graph.vertices[m.vertex].grain.as_str())
+            .collect();
+        self.sketch.remove_grains(&moved);
         if options.anchoring_filter_enabled {
             let newest: BTreeSet<String> = plan
                 .anchored

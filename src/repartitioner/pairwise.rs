@@ -42,31 +42,42 @@ fn candidates(graph: &Graph, silo: usize, partner: usize, location: &[usize]) ->
             let by_silo = graph.weights_by_silo(v, location);
             let home = by_silo.get(&silo).copied().unwrap_or(0);
             let there = by_silo.get(&partner).copied().unwrap_or(0);
-            (there > home).then(|| (v, there as i64 - home as i64))
+            (there > home).then(|| (v, weight(there - home)))
         })
         .collect()
 }
 
 /// The pair to exchange: for every ordered pair (initiator, partner) of target silos, the sum of
-/// the initiator's scores; the largest wins, ties going to the lower silo ids.
+/// the initiator's scores; the largest wins, ties going to the lower silo ids. One pass over the
+/// edges, whatever the number of silos.
 pub fn choose_pair(graph: &Graph) -> Option<(usize, usize)> {
     let location = graph.locations();
-    let mut best: Option<(i64, usize, usize)> = None;
-    for initiator in 0..graph.targets {
-        for partner in 0..graph.targets {
-            if partner == initiator {
-                continue;
-            }
-            let total: i64 = candidates(graph, initiator, partner, &location)
-                .iter()
-                .map(|(_, s)| s)
-                .sum();
-            if total > 0 && best.is_none_or(|(t, _, _)| total > t) {
-                best = Some((total, initiator, partner));
+    let mut totals: HashMap<(usize, usize), i64> = HashMap::new();
+    for v in 0..graph.vertices.len() {
+        let vertex = &graph.vertices[v];
+        let home = location[v];
+        if !vertex.movable || vertex.anchored || home >= graph.targets {
+            continue;
+        }
+        let by_silo = graph.weights_by_silo(v, &location);
+        let here = by_silo.get(&home).copied().unwrap_or(0);
+        for (&partner, &there) in &by_silo {
+            if partner != home && partner < graph.targets && there > here {
+                let total = totals.entry((home, partner)).or_default();
+                *total = total.saturating_add(weight(there - here));
             }
         }
     }
-    best.map(|(_, i, p)| (i, p))
+    totals
+        .into_iter()
+        .filter(|&(_, total)| total > 0)
+        .max_by(|(a, x), (b, y)| x.cmp(y).then(b.cmp(a)))
+        .map(|(pair, _)| pair)
+}
+
+/// A weight as a score, saturating (call counts are the clients' and may be huge).
+fn weight(w: u64) -> i64 {
+    i64::try_from(w).unwrap_or(i64::MAX)
 }
 
 /// Max-heap of scores that can be changed in place.
@@ -95,7 +106,7 @@ impl Scores {
     fn change(&mut self, v: usize, by: i64) {
         if let Some(s) = self.score.get_mut(&v) {
             self.order.remove(&(*s, Reverse(v)));
-            *s += by;
+            *s = s.saturating_add(by);
             self.order.insert((*s, Reverse(v)));
         }
     }
@@ -129,9 +140,9 @@ pub fn exchange(
             .iter()
             .filter_map(|&(u, w)| {
                 if local.contains(u) {
-                    Some((u, w as i64, true))
+                    Some((u, weight(w), true))
                 } else if remote.contains(u) {
-                    Some((u, w as i64, false))
+                    Some((u, weight(w), false))
                 } else {
                     None
                 }

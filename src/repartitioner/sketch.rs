@@ -174,10 +174,15 @@ impl EdgeSketch {
 
     /// Forgets every edge of `grain` (it moved: its edges describe where it was).
     pub fn remove_grain(&mut self, grain: &str) {
+        self.remove_grains(&std::collections::HashSet::from([grain]));
+    }
+
+    /// Forgets every edge of the `grains`, in one pass over the tracked edges.
+    pub fn remove_grains(&mut self, grains: &std::collections::HashSet<&str>) {
         let keys: Vec<u64> = self
             .counters
             .iter()
-            .filter(|(_, c)| c.a == grain || c.b == grain)
+            .filter(|(_, c)| grains.contains(c.a.as_str()) || grains.contains(c.b.as_str()))
             .map(|(&key, _)| key)
             .collect();
         for key in keys {

@@ -866,6 +866,15 @@ async fn edge_reports_are_numbered_read_in_pages_bounded_and_forgotten(backend: 
         .map(|e| e.seq)
         .collect();
     assert_eq!(left, [8, 9, 10, 11, 12]);
+    // Past a gap the bound left (1 to 7 are gone), a page still starts at the first waiting edge.
+    let page: Vec<i64> = store
+        .pending_edges(&cluster(), 0, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(page, [8, 9]);
     let intake = store.edge_intake(&cluster()).await.unwrap();
     assert_eq!((intake.pending, intake.dropped), (5, 2));
 }

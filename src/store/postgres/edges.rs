@@ -116,21 +116,29 @@ impl EdgeStore for PostgresStore {
         limit: u32,
     ) -> Result<Vec<PendingEdge>, StoreError> {
         self.guard(async {
-            let upto = after.saturating_add(i64::from(limit));
-            let rows: Vec<(i64, Vec<String>, Vec<String>, Vec<i64>)> = sqlx::query_as(
-                "SELECT first_seq, from_grains, to_grains, counts FROM edge_buffer
-                 WHERE cluster = $1 AND last_seq > $2 AND first_seq <= $3 ORDER BY last_seq",
+            // The window starts at the first edge still waiting after `after` (older ones may
+            // have been dropped by the bound, leaving a gap) and spans `limit` numbers.
+            let rows: Vec<(i64, i64, Vec<String>, Vec<String>, Vec<i64>)> = sqlx::query_as(
+                "WITH start AS (
+                     SELECT greatest($2, first_seq - 1) AS s FROM edge_buffer
+                     WHERE cluster = $1 AND last_seq > $2 ORDER BY last_seq LIMIT 1
+                 )
+                 SELECT start.s, first_seq, from_grains, to_grains, counts
+                 FROM edge_buffer, start
+                 WHERE cluster = $1 AND last_seq > start.s AND first_seq <= start.s + $3
+                 ORDER BY last_seq",
             )
             .bind(cluster.as_str())
             .bind(after)
-            .bind(upto)
+            .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?;
             let mut pending = Vec::new();
-            for (first, from, to, counts) in rows {
+            for (start, first, from, to, counts) in rows {
+                let upto = start.saturating_add(i64::from(limit));
                 for (i, ((from, to), count)) in from.into_iter().zip(to).zip(counts).enumerate() {
                     let seq = first + i as i64;
-                    if seq > after && seq <= upto {
+                    if seq > start && seq <= upto {
                         pending.push(PendingEdge {
                             seq,
                             from,
