@@ -101,7 +101,15 @@ fn round(
         .sketch
         .edges()
         .iter()
-        .map(|e| (e.a.to_owned(), e.b.to_owned(), e.count))
+        .map(|e| {
+            // As the oracle plans: compat on Orleans' estimate, otherwise on known calls.
+            let weight = if options.orleans_compat {
+                e.count
+            } else {
+                e.guaranteed()
+            };
+            (e.a.to_owned(), e.b.to_owned(), weight)
+        })
         .collect();
     let anchored = |g: &str| state.is_anchored(g);
     let graph = Graph::build(

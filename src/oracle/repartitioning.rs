@@ -229,9 +229,12 @@ impl Oracle {
     ) -> Result<RepartitionerRound, OracleError> {
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
+        let started = std::time::Instant::now();
         let (graph, counts) = self.graph(cluster, membership, &state).await?;
+        let graph_ms = started.elapsed().as_millis();
         let deviation = self.rebalancer_deviation(cluster).await?;
         let plan = plan_round(&graph, &counts, &options, deviation);
+        let plan_ms = started.elapsed().as_millis() - graph_ms;
         let mut wanted = Vec::with_capacity(plan.moves.len());
         let mut epochs: HashMap<&str, i64> = HashMap::new();
         let located = self
@@ -285,6 +288,17 @@ impl Oracle {
         self.store
             .forget_edges(cluster, state.absorbed_through)
             .await?;
+        tracing::info!(
+            %cluster,
+            round = summary.round,
+            edges = graph.adjacency.iter().map(Vec::len).sum::<usize>() / 2,
+            grains = graph.vertices.len(),
+            moves = moves.len(),
+            graph_ms,
+            plan_ms,
+            total_ms = started.elapsed().as_millis(),
+            "repartitioner round planned and issued"
+        );
         Ok(RepartitionerRound {
             summary,
             moves,
@@ -321,8 +335,9 @@ impl Oracle {
         let anchoring = policy.repartitioner.anchoring_filter_enabled;
         let movable = |grain: &str| !fixed.contains(grain.split('/').next().unwrap_or_default());
         let anchored = |grain: &str| anchoring && state.is_anchored(grain);
+        let compat = policy.repartitioner.orleans_compat;
         let graph = Graph::build(
-            edges.iter().map(|e| (e.a, e.b, e.count)),
+            edges.iter().map(|e| (e.a, e.b, planning_weight(e, compat))),
             &GraphInput {
                 targets: targets.clone(),
                 locations: &locations,
@@ -441,4 +456,15 @@ fn fixed_types(policy: &Policy) -> HashSet<String> {
             .cloned(),
     );
     fixed
+}
+
+/// The weight a plan gives a tracked edge: Orleans' estimate in compat mode; otherwise only the
+/// calls the sketch knows the edge carries (an edge that displaced another is credited with that
+/// one's count as its error; planning on it would move grains on other edges' calls).
+fn planning_weight(edge: &crate::repartitioner::sketch::TrackedEdge<'_>, compat: bool) -> u64 {
+    if compat {
+        edge.count
+    } else {
+        edge.guaranteed()
+    }
 }

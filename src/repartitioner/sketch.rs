@@ -25,6 +25,13 @@ pub struct TrackedEdge<'s> {
     pub error: u64,
 }
 
+impl TrackedEdge<'_> {
+    /// Calls the edge is known to carry: its count less what may belong to other edges.
+    pub fn guaranteed(&self) -> u64 {
+        self.count - self.error
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Counter {
     a: String,
