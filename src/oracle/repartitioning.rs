@@ -345,20 +345,23 @@ impl Oracle {
                 anchored: &anchored,
             },
         );
-        let open = self.store.open_migration_counts(cluster).await?;
-        let mut counts = Vec::with_capacity(targets.len());
-        for silo in &targets {
-            let id = SiloId::parse("silo", silo).map_err(|e| {
-                OracleError::Store(crate::store::StoreError::Corrupt(e.to_string()))
-            })?;
-            let here = self.store.silo_counts(cluster, &id).await?;
-            let arriving: u64 = open
-                .iter()
-                .filter(|(_, to, _)| to == silo)
-                .map(|(_, _, n)| n)
-                .sum();
-            counts.push(here.activations as i64 - here.migrating as i64 + arriving as i64);
+        // Each silo's entries, less what open migrations take away, plus what they bring.
+        let mut by_silo: HashMap<String, i64> = self
+            .store
+            .activation_counts(cluster)
+            .await?
+            .into_iter()
+            .map(|(silo, n)| (silo, i64::try_from(n).unwrap_or(i64::MAX)))
+            .collect();
+        for (from, to, n) in self.store.open_migration_counts(cluster).await? {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            *by_silo.entry(from).or_default() -= n;
+            *by_silo.entry(to).or_default() += n;
         }
+        let counts: Vec<i64> = targets
+            .iter()
+            .map(|silo| by_silo.get(silo).copied().unwrap_or(0))
+            .collect();
         Ok((graph, counts))
     }
 

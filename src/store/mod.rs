@@ -412,6 +412,13 @@ pub trait DirectoryStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Activation>, StoreError>;
 
+    /// How many directory entries each silo of the cluster holds (silos without any are left
+    /// out), in one statement.
+    async fn activation_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<std::collections::HashMap<String, u64>, StoreError>;
+
     /// A silo's activations ordered by grain, after `after` (exclusive), at most `limit`.
     async fn activations_on(
         &self,

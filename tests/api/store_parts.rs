@@ -797,6 +797,13 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .unwrap();
     let counts = store.silo_counts(&cluster(), &silo("a@1")).await.unwrap();
     assert_eq!((counts.activations, counts.migrating), (2, 1));
+    placed(&*store, "user/3", "b@1").await;
+    let all = store.activation_counts(&cluster()).await.unwrap();
+    assert_eq!(
+        all,
+        std::collections::HashMap::from([("a@1".to_owned(), 2), ("b@1".to_owned(), 1)]),
+        "silos without entries are left out"
+    );
     // A dead silo is not marked (it is returned dead), and a dead drained silo no longer counts.
     store.remove_silo(&cluster(), &silo("c@1")).await.unwrap();
     let (dead, _) = store

@@ -523,6 +523,23 @@ impl DirectoryStore for MemoryStore {
         Ok(movable)
     }
 
+    async fn activation_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        Ok(self
+            .clusters()
+            .get(cluster)
+            .map_or_else(HashMap::new, |state| {
+                state
+                    .by_silo
+                    .iter()
+                    .filter(|(_, grains)| !grains.is_empty())
+                    .map(|(silo, grains)| (silo.clone(), grains.len() as u64))
+                    .collect()
+            }))
+    }
+
     async fn activations_on(
         &self,
         cluster: &ClusterName,

@@ -1247,6 +1247,25 @@ impl DirectoryStore for PostgresStore {
             .await
     }
 
+    async fn activation_counts(
+        &self,
+        cluster: &ClusterName,
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        self.guard(async {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT silo, count(*) FROM activations WHERE cluster = $1 GROUP BY silo",
+            )
+            .bind(cluster.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(silo, n)| (silo, u64::try_from(n).unwrap_or(0)))
+                .collect())
+        })
+        .await
+    }
+
     async fn activations_on(
         &self,
         cluster: &ClusterName,
