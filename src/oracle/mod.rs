@@ -124,6 +124,10 @@ pub struct Oracle {
     replica: Replica,
     /// The token of each cluster lease this replica last held, to count takeovers.
     lease_tokens: Mutex<HashMap<ClusterName, i64>>,
+    /// The repartitioner state this replica last stored for each cluster, with the lease token
+    /// it was stored under: while that token is still the lease's, no one else has written it,
+    /// so the driver's every tick need not read and parse it again.
+    repartitioner_states: Mutex<HashMap<ClusterName, (i64, crate::repartitioner::Repartitioner)>>,
     /// One mover of a cluster at a time on this replica (see `mover_gate`).
     mover_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -193,6 +197,7 @@ impl Oracle {
             pool_states: Mutex::default(),
             replica: Replica::default(),
             lease_tokens: Mutex::default(),
+            repartitioner_states: Mutex::default(),
             mover_gates: Mutex::default(),
         }
     }

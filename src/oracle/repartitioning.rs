@@ -145,7 +145,9 @@ impl Oracle {
         let membership = self.read_membership(cluster).await?;
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
-        let mut state = self.stored_repartitioner(cluster, now, &options).await?;
+        let (mut state, _) = self
+            .read_repartitioner(cluster, now, &options, Some(&lease))
+            .await?;
         self.absorb(cluster, now, &options, &mut state).await?;
         self.round(cluster, &lease, &membership, state).await
     }
@@ -164,7 +166,9 @@ impl Oracle {
         if !options.enabled && intake.pending == 0 {
             return Ok(None);
         }
-        let (mut state, stored) = self.read_repartitioner(cluster, now, &options).await?;
+        let (mut state, stored) = self
+            .read_repartitioner(cluster, now, &options, Some(lease))
+            .await?;
         let due = options.enabled && state.round_due(now);
         let waiting = intake.last_seq > state.absorbed_through;
         let absorb =
@@ -400,17 +404,33 @@ impl Oracle {
         now: Millis,
         options: &RepartitionerOptions,
     ) -> Result<Repartitioner, OracleError> {
-        Ok(self.read_repartitioner(cluster, now, options).await?.0)
+        Ok(self
+            .read_repartitioner(cluster, now, options, None)
+            .await?
+            .0)
     }
 
     /// The stored repartitioner (a fresh one when none is stored or it cannot be read), and
     /// whether one was stored.
+    /// Under `lease`, the copy this replica stored under that token is the stored state.
     async fn read_repartitioner(
         &self,
         cluster: &ClusterName,
         now: Millis,
         options: &RepartitionerOptions,
+        lease: Option<&Lease>,
     ) -> Result<(Repartitioner, bool), OracleError> {
+        if let Some(lease) = lease {
+            let states = self
+                .repartitioner_states
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some((token, state)) = states.get(cluster) {
+                if *token == lease.token {
+                    return Ok((state.clone(), true));
+                }
+            }
+        }
         let stored = self.store.work_state(cluster, KIND).await?;
         let found = stored.is_some();
         let state = match stored.map(crate::validation::from_stored_json::<Repartitioner>) {
@@ -438,6 +458,15 @@ impl Oracle {
             .save_work_state(cluster, lease, KIND, &value)
             .await?
         {
+            let mut states = self
+                .repartitioner_states
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // Bounded like the membership cache: past it, the copies are dropped (and read again).
+            if states.len() >= super::MAX_CACHED_MEMBERSHIPS && !states.contains_key(cluster) {
+                states.clear();
+            }
+            states.insert(cluster.clone(), (lease.token, state.clone()));
             Ok(())
         } else {
             Err(self.lost_lease(cluster).await)
