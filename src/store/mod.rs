@@ -311,9 +311,9 @@ pub trait MembershipStore: Send + Sync + 'static {
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError>;
 
-    /// Marks the silo drained (once: the first request's time stays) and `shutting_down`, unless
-    /// it is marked dead; returns it as it is now (dead ones too, so the caller can say so), or
-    /// `None` when the cluster or the silo is unknown.
+    /// Marks the silo drained (once: the first request's time stays) and `shutting_down`, if it
+    /// is alive; returns it as it is now (dead ones too, so the caller can say so), or `None` when
+    /// the cluster or the silo is unknown.
     async fn drain_silo(
         &self,
         cluster: &ClusterName,

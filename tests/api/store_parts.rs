@@ -812,6 +812,14 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .unwrap()
         .unwrap();
     assert_eq!((dead.status, dead.drained_at_ms), (SiloStatus::Dead, None));
+    // Nor is one silent past its TTL before any sweep: b last beat at the start.
+    clock.advance_ms(TTL_MS);
+    let (silent, _) = store
+        .drain_silo(&cluster(), &silo("b@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(silent.drained_at_ms, None, "{silent:?}");
     store.remove_silo(&cluster(), &silo("a@1")).await.unwrap();
     store
         .cancel_stale_migrations(&cluster(), 60_000)

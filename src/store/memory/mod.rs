@@ -349,7 +349,8 @@ impl MembershipStore for MemoryStore {
         let Some(record) = state.silos.get_mut(silo.as_str()) else {
             return Ok(None);
         };
-        if record.status != SiloStatus::Dead {
+        // Only a live silo is marked: one silent past its TTL is dead already.
+        if record.status_at(&liveness) != SiloStatus::Dead {
             record.status = SiloStatus::ShuttingDown;
             record.drained_at_ms.get_or_insert(now);
         }

@@ -532,14 +532,22 @@ impl PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        // Only a live silo is marked: one silent past its TTL is dead already, whether or not a
+        // sweep has said so yet.
+        let (outage_began_ago, outage_ended_ago) = self.outage();
         sqlx::query(
-            "UPDATE silos SET status = 'shutting_down',
-                    drained_at_ms = COALESCE(drained_at_ms, $3::int8, oracle_now_ms())
-             WHERE cluster = $1 AND silo = $2 AND status <> 'dead'",
+            "UPDATE silos s SET status = 'shutting_down',
+                    drained_at_ms = COALESCE(s.drained_at_ms, $3::int8, oracle_now_ms())
+             FROM clusters c
+             WHERE c.name = $1 AND s.cluster = $1 AND s.silo = $2
+               AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                COALESCE($3::int8, oracle_now_ms()), $4, $5)",
         )
         .bind(cluster.as_str())
         .bind(silo.as_str())
         .bind(self.now())
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
         .execute(&self.pool)
         .await?;
         self.try_silo(cluster, silo).await
