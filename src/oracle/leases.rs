@@ -1,9 +1,12 @@
 //! Cluster leases as this replica sees them: taking one for an operator's request, counting
-//! takeovers, explaining a lost one, the per-cluster gate of the movers, and giving every lease up
-//! at shutdown.
+//! takeovers, explaining a lost one, the per-cluster gate of the movers, the movers' state stored
+//! under the lease, and giving every lease up at shutdown.
 
 use super::{Oracle, OracleError};
 use crate::cluster::ClusterName;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::store::{Lease, LeaseClaim};
 use crate::telemetry::metric;
 
@@ -88,6 +91,47 @@ impl Oracle {
             },
             Ok(None) => OracleError::ClusterNotFound(cluster.to_string()),
             Err(error) => error.into(),
+        }
+    }
+
+    /// A mover's stored state of `kind`, if one is stored and readable (an unreadable one is
+    /// logged: the mover starts afresh), and whether any was stored.
+    pub(super) async fn load_work<T: DeserializeOwned>(
+        &self,
+        cluster: &ClusterName,
+        kind: &str,
+    ) -> Result<(Option<T>, bool), OracleError> {
+        let stored = self.store.work_state(cluster, kind).await?;
+        let found = stored.is_some();
+        let state = match stored.map(crate::validation::from_stored_json::<T>) {
+            Some(Ok(state)) => Some(state),
+            Some(Err(error)) => {
+                tracing::error!(%cluster, %error, kind, "a stored mover state cannot be read; starting afresh");
+                None
+            }
+            None => None,
+        };
+        Ok((state, found))
+    }
+
+    /// Stores a mover's state of `kind` under `lease`; a refused write (the lease ran out or moved)
+    /// is the error that says which.
+    pub(super) async fn store_work<T: Serialize>(
+        &self,
+        cluster: &ClusterName,
+        lease: &Lease,
+        kind: &str,
+        state: &T,
+    ) -> Result<(), OracleError> {
+        let value = serde_json::to_value(state).expect("a mover's state serialises");
+        if self
+            .store
+            .save_work_state(cluster, lease, kind, &value)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(self.lost_lease(cluster).await)
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::store::{Lease, Membership, Migration, MigrationReason, NewMigration};
 use crate::telemetry::metric;
 
 /// The work-state kind the rebalancer is stored under.
-const KIND: &str = "rebalancer";
+pub(super) const KIND: &str = "rebalancer";
 /// Most activations looked at per move (a move of more takes several cycles).
 const MAX_MOVE: u64 = 10_000;
 
@@ -193,16 +193,8 @@ impl Oracle {
         now: Millis,
         options: &RebalancerOptions,
     ) -> Result<(Rebalancer, bool), OracleError> {
-        let stored = self.store.work_state(cluster, KIND).await?;
-        let found = stored.is_some();
-        let rebalancer = match stored.map(crate::validation::from_stored_json::<Rebalancer>) {
-            Some(Ok(rebalancer)) => rebalancer,
-            Some(Err(error)) => {
-                tracing::error!(%cluster, %error, "the stored rebalancer state cannot be read; starting afresh");
-                Rebalancer::new(now, options)
-            }
-            None => Rebalancer::new(now, options),
-        };
+        let (stored, found) = self.load_work(cluster, KIND).await?;
+        let rebalancer = stored.unwrap_or_else(|| Rebalancer::new(now, options));
         Ok((rebalancer, found))
     }
 
@@ -216,16 +208,7 @@ impl Oracle {
         rebalancer: &mut Rebalancer,
     ) -> Result<(), OracleError> {
         rebalancer.retain_silos(|silo| membership.silos.iter().any(|s| s.id.as_str() == silo));
-        let state = serde_json::to_value(rebalancer).expect("the rebalancer serialises");
-        if self
-            .store
-            .save_work_state(cluster, lease, KIND, &state)
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(self.lost_lease(cluster).await)
-        }
+        self.store_work(cluster, lease, KIND, rebalancer).await
     }
 
     /// Issues the report's moves as migrations (fenced by the lease), then stores the state.

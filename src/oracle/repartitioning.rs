@@ -10,6 +10,7 @@ use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::placement::Strategy;
 use crate::policy::{Immovable, Policy};
+use crate::rebalancer::Rebalancer;
 use crate::repartitioner::{
     plan_round, Graph, GraphInput, Repartitioner, RepartitionerOptions, RoundSummary,
 };
@@ -392,10 +393,10 @@ impl Oracle {
 
     /// The rebalancer's last measured deviation (Orleans' `ClusterImbalance`), 0 before any.
     async fn rebalancer_deviation(&self, cluster: &ClusterName) -> Result<f64, OracleError> {
-        let stored = self.store.work_state(cluster, "rebalancer").await?;
-        Ok(stored
-            .and_then(|state| state.get("deviation").and_then(serde_json::Value::as_f64))
-            .unwrap_or(0.0))
+        let (stored, _) = self
+            .load_work::<Rebalancer>(cluster, super::rebalancing::KIND)
+            .await?;
+        Ok(stored.map_or(0.0, |rebalancer| rebalancer.deviation))
     }
 
     async fn stored_repartitioner(
@@ -411,8 +412,8 @@ impl Oracle {
     }
 
     /// The stored repartitioner (a fresh one when none is stored or it cannot be read), and
-    /// whether one was stored.
-    /// Under `lease`, the copy this replica stored under that token is the stored state.
+    /// whether one was stored. Under `lease`, the copy this replica stored under that token is
+    /// the stored state.
     async fn read_repartitioner(
         &self,
         cluster: &ClusterName,
@@ -431,18 +432,10 @@ impl Oracle {
                 }
             }
         }
-        let stored = self.store.work_state(cluster, KIND).await?;
-        let found = stored.is_some();
-        let state = match stored.map(crate::validation::from_stored_json::<Repartitioner>) {
-            Some(Ok(state)) => state,
-            Some(Err(error)) => {
-                tracing::error!(%cluster, %error, "the stored repartitioner state cannot be read; starting afresh");
-                self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
-            }
-            None => {
-                self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
-            }
-        };
+        let (stored, found) = self.load_work(cluster, KIND).await?;
+        let state = stored.unwrap_or_else(|| {
+            self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
+        });
         Ok((state, found))
     }
 
@@ -452,25 +445,17 @@ impl Oracle {
         lease: &Lease,
         state: &Repartitioner,
     ) -> Result<(), OracleError> {
-        let value = serde_json::to_value(state).expect("the repartitioner serialises");
-        if self
-            .store
-            .save_work_state(cluster, lease, KIND, &value)
-            .await?
-        {
-            let mut states = self
-                .repartitioner_states
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            // Bounded like the membership cache: past it, the copies are dropped (and read again).
-            if states.len() >= super::MAX_CACHED_MEMBERSHIPS && !states.contains_key(cluster) {
-                states.clear();
-            }
-            states.insert(cluster.clone(), (lease.token, state.clone()));
-            Ok(())
-        } else {
-            Err(self.lost_lease(cluster).await)
+        self.store_work(cluster, lease, KIND, state).await?;
+        let mut states = self
+            .repartitioner_states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Bounded like the membership cache: past it, the copies are dropped (and read again).
+        if states.len() >= super::MAX_CACHED_MEMBERSHIPS && !states.contains_key(cluster) {
+            states.clear();
         }
+        states.insert(cluster.clone(), (lease.token, state.clone()));
+        Ok(())
     }
 }
 
