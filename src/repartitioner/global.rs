@@ -185,26 +185,10 @@ fn best_for_group(
             }
         }
     }
-    let here = by_silo.get(&from).copied().unwrap_or(0);
     let n = group.len() as i64;
-    let mut choice: Option<(u64, usize)> = None;
-    for (&to, &weight) in &by_silo {
-        if to == from || to >= graph.targets || weight < here.saturating_add(MIN_GAIN) {
-            continue;
-        }
-        if counts[to] + n > bounds.high || counts[from] - n < bounds.low {
-            continue;
-        }
-        let gain = weight - here;
-        let better = match choice {
-            None => true,
-            Some((g, t)) => gain > g || (gain == g && (counts[to], to) < (counts[t], t)),
-        };
-        if better {
-            choice = Some((gain, to));
-        }
-    }
-    choice
+    best_target(graph, from, &by_silo, counts, |to| {
+        counts[to] + n <= bounds.high && counts[from] - n >= bounds.low
+    })
 }
 
 /// Whether the grain pass may offer `v` alone.
@@ -223,21 +207,35 @@ fn best(
 ) -> Option<(u64, usize)> {
     let from = location[v];
     let by_silo = graph.weights_by_silo(v, location);
-    let here = by_silo.get(&from).copied().unwrap_or(0);
     let heaviest = counts.iter().copied().max().unwrap_or(0);
-    let mut choice: Option<(u64, usize)> = None;
-    for (&to, &weight) in &by_silo {
-        if to == from || to >= graph.targets || weight < here.saturating_add(MIN_GAIN) {
-            continue;
-        }
+    best_target(graph, from, &by_silo, counts, |to| {
         let within = counts[to] < bounds.high && counts[from] > bounds.low;
         let sheds_the_largest_excess =
             counts[from] == heaviest && counts[from] > bounds.high && counts[to] + 1 < counts[from];
-        if !(within || sheds_the_largest_excess) {
+        within || sheds_the_largest_excess
+    })
+}
+
+/// Among the target silos `weights` (edge weight by silo) reach, the one whose weight beats the
+/// weight at `from` by the most, at least [`MIN_GAIN`], that `allowed` lets in; with that gain.
+/// Among equal gains, the silo with fewer activations, then the lower index.
+fn best_target(
+    graph: &Graph,
+    from: usize,
+    weights: &std::collections::HashMap<usize, u64>,
+    counts: &[i64],
+    allowed: impl Fn(usize) -> bool,
+) -> Option<(u64, usize)> {
+    let here = weights.get(&from).copied().unwrap_or(0);
+    let mut choice: Option<(u64, usize)> = None;
+    for (&to, &weight) in weights {
+        if to == from || to >= graph.targets || weight < here.saturating_add(MIN_GAIN) {
+            continue;
+        }
+        if !allowed(to) {
             continue;
         }
         let gain = weight - here;
-        // Largest gain; among equals the silo with fewer activations, then the lower index.
         let better = match choice {
             None => true,
             Some((g, t)) => gain > g || (gain == g && (counts[to], to) < (counts[t], t)),
