@@ -96,34 +96,6 @@ pub struct RoundResponse {
     pub counts_after: BTreeMap<String, i64>,
 }
 
-/// A past round, in brief.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RoundReport {
-    pub round: u64,
-    pub at_ms: Millis,
-    pub planner: Planner,
-    pub moves: u64,
-    pub migrations: u64,
-    pub remote_fraction_before: f64,
-    pub remote_fraction_after: f64,
-    pub counts_after: BTreeMap<String, i64>,
-}
-
-impl From<RoundSummary> for RoundReport {
-    fn from(s: RoundSummary) -> Self {
-        Self {
-            round: s.round,
-            at_ms: s.at_ms,
-            planner: s.planner,
-            moves: s.moves,
-            migrations: s.migrations,
-            remote_fraction_before: s.remote_fraction_before,
-            remote_fraction_after: s.remote_fraction_after,
-            counts_after: s.counts_after,
-        }
-    }
-}
-
 /// A cluster's repartitioner.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RepartitionerResponse {
@@ -145,7 +117,7 @@ pub struct RepartitionerResponse {
     #[schema(example = 0.31)]
     pub estimated_remote_fraction: f64,
     /// The last rounds, newest first.
-    pub last_rounds: Vec<RoundReport>,
+    pub last_rounds: Vec<RoundSummary>,
     /// Who runs the cluster's background work; null when no replica ever did.
     pub lease: Option<Lease>,
 }
@@ -168,7 +140,7 @@ impl From<RepartitionerStatus> for RepartitionerResponse {
             rounds: state.round,
             next_round_at_ms: state.next_round_at_ms,
             estimated_remote_fraction: status.remote_fraction,
-            last_rounds: state.reports.into_iter().map(RoundReport::from).collect(),
+            last_rounds: state.reports.into_iter().collect(),
             lease: status.lease,
         }
     }

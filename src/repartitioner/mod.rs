@@ -95,7 +95,7 @@ pub fn plan_round(
 }
 
 /// A round as `GET …/repartitioner` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RoundSummary {
     pub round: u64,
     pub at_ms: Millis,
