@@ -245,26 +245,8 @@ for_both_stores!(
 /// at once and issued by the holder's next step.
 #[tokio::test]
 async fn a_replica_without_the_lease_leaves_the_issuing_to_the_holder() {
-    use crate::helpers::{TestDatabase, START_MS};
-    use placement_oracle::clock::ManualClock;
-
-    let database = TestDatabase::create().await;
-    let clock = ManualClock::starting_at(START_MS);
-    let cluster_name = crate::helpers::unique_cluster();
-    let a = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster_name.clone(),
-        1,
-        clock.clone(),
-    );
-    let b = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster_name.clone(),
-        2,
-        clock.clone(),
-    );
+    let (_, a, b) = TestApp::two_replicas().await;
+    let cluster_name = a.cluster.clone();
     for silo in ["s1@1", "s2@1", "s3@1"] {
         a.heartbeat(silo, json!({ "activation_count": 0 })).await;
     }

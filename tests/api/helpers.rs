@@ -292,6 +292,29 @@ impl TestApp {
         Self::with_settings(backend, StoreSettings::with_ttl(TTL_MS)).await
     }
 
+    /// Two replicas (seeds 1 and 2, each with a pool of its own) on one fresh Postgres database,
+    /// working in one new cluster on a shared manual clock: the database, A and B.
+    pub async fn two_replicas() -> (Arc<TestDatabase>, Self, Self) {
+        let database = TestDatabase::create().await;
+        let clock = ManualClock::starting_at(START_MS);
+        let cluster = unique_cluster();
+        let a = Self::replica(
+            database.store(4, &clock).await,
+            &database,
+            cluster.clone(),
+            1,
+            clock.clone(),
+        );
+        let b = Self::replica(
+            database.store(4, &clock).await,
+            &database,
+            cluster,
+            2,
+            clock,
+        );
+        (database, a, b)
+    }
+
     /// A replica on a Postgres `store` of `database`, working in `cluster`, its random decisions
     /// seeded with `seed`; `clock` is the store's (unused by a store on the database's clock).
     pub fn replica(

@@ -210,26 +210,11 @@ for_both_stores!(
 /// stored state to the end; nothing is written under A's token after the takeover.
 #[tokio::test]
 async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it() {
-    use crate::helpers::{TestDatabase, LEASE_TTL_MS, START_MS};
-    use placement_oracle::clock::ManualClock;
+    use crate::helpers::LEASE_TTL_MS;
 
-    let database = TestDatabase::create().await;
-    let clock = ManualClock::starting_at(START_MS);
-    let cluster_name = crate::helpers::unique_cluster();
-    let a = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster_name.clone(),
-        1,
-        clock.clone(),
-    );
-    let b = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster_name.clone(),
-        2,
-        clock.clone(),
-    );
+    let (database, a, b) = TestApp::two_replicas().await;
+    let clock = a.clock.clone();
+    let cluster_name = a.cluster.clone();
     let mut counts = skewed_cluster(&a).await;
     let policy = json!({ "rebalancer": {
         "enabled": true, "due_time_ms": 0, "session_cycle_period_ms": 2_000,

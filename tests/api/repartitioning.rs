@@ -337,26 +337,7 @@ for_both_stores!(
 /// Two replicas on one Postgres: edges reported to B are planned on by A, the lease holder.
 #[tokio::test]
 async fn a_report_to_any_replica_reaches_the_lease_holders_next_round() {
-    use crate::helpers::{TestDatabase, START_MS};
-    use placement_oracle::clock::ManualClock;
-
-    let database = TestDatabase::create().await;
-    let clock = ManualClock::starting_at(START_MS);
-    let cluster = crate::helpers::unique_cluster();
-    let a = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster.clone(),
-        1,
-        clock.clone(),
-    );
-    let b = TestApp::replica(
-        database.store(4, &clock).await,
-        &database,
-        cluster.clone(),
-        2,
-        clock.clone(),
-    );
+    let (_, a, b) = TestApp::two_replicas().await;
     a.heartbeat(S1, json!({})).await;
     a.heartbeat(S2, json!({})).await;
     for (grain, silo) in [("g/a", S1), ("g/b", S2), ("g/c", S2)] {
