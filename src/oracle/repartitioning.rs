@@ -122,7 +122,7 @@ impl Oracle {
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
         let state = self.stored_repartitioner(cluster, now, &options).await?;
-        let (graph, _) = self.graph(cluster, &membership, &state).await?;
+        let (graph, _, _) = self.graph(cluster, &membership, &state).await?;
         let remote_fraction = graph.remote_fraction(&graph.locations());
         metric::repartitioner_state(cluster, state.sketch.len(), remote_fraction);
         Ok(RepartitionerStatus {
@@ -235,24 +235,12 @@ impl Oracle {
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
         let started = std::time::Instant::now();
-        let (graph, counts) = self.graph(cluster, membership, &state).await?;
+        let (graph, counts, epochs) = self.graph(cluster, membership, &state).await?;
         let graph_ms = started.elapsed().as_millis();
         let deviation = self.rebalancer_deviation(cluster).await?;
         let plan = plan_round(&graph, &counts, &options, deviation);
         let plan_ms = started.elapsed().as_millis() - graph_ms;
         let mut wanted = Vec::with_capacity(plan.moves.len());
-        let mut epochs: HashMap<&str, i64> = HashMap::new();
-        let located = self
-            .locate(
-                cluster,
-                plan.moves
-                    .iter()
-                    .map(|m| graph.vertices[m.vertex].grain.as_str()),
-            )
-            .await?;
-        for (grain, _, epoch) in &located {
-            epochs.insert(grain.as_str(), *epoch);
-        }
         let mut moves = Vec::with_capacity(plan.moves.len());
         for m in &plan.moves {
             let grain = &graph.vertices[m.vertex].grain;
@@ -311,23 +299,23 @@ impl Oracle {
         })
     }
 
-    /// The graph of the tracked edges over where their grains live now, and the activations of
+    /// The graph of the tracked edges over where their grains live now, the activations of
     /// each silo that may receive grains (less what open migrations take away, plus what they
-    /// bring).
+    /// bring), and each located grain's activation epoch (what its migration applies to).
     async fn graph(
         &self,
         cluster: &ClusterName,
         membership: &Membership,
         state: &Repartitioner,
-    ) -> Result<(Graph, Vec<i64>), OracleError> {
+    ) -> Result<(Graph, Vec<i64>, HashMap<String, i64>), OracleError> {
         let edges = state.sketch.edges();
         let grains: HashSet<&str> = edges.iter().flat_map(|e| [e.a, e.b]).collect();
-        let locations: HashMap<String, String> = self
-            .locate(cluster, grains.into_iter())
-            .await?
-            .into_iter()
-            .map(|(grain, silo, _)| (grain, silo))
-            .collect();
+        let mut locations: HashMap<String, String> = HashMap::new();
+        let mut epochs: HashMap<String, i64> = HashMap::new();
+        for (grain, silo, epoch) in self.locate(cluster, grains.into_iter()).await? {
+            epochs.insert(grain.clone(), epoch);
+            locations.insert(grain, silo);
+        }
         let view = membership.view();
         let targets: Vec<String> = view
             .silos
@@ -367,7 +355,7 @@ impl Oracle {
             .iter()
             .map(|silo| by_silo.get(silo).copied().unwrap_or(0))
             .collect();
-        Ok((graph, counts))
+        Ok((graph, counts, epochs))
     }
 
     /// Live activations of `grains`: (grain, silo, epoch).
