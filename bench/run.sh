@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Load benchmark: builds release, starts the oracle on Postgres and drives it with wrk over loopback.
+# Load benchmark: starts the oracle on a freshly created Postgres database and drives it with wrk
+# over loopback, every figure beside a floor measured in the same run.
 #
-#   bench/run.sh                      # 64 connections, 10 s per scenario
-#   CONNECTIONS=128 DURATION=20 bench/run.sh
+#   bench/run.sh                          # builds release, then every scenario (about 10 minutes)
+#   ORACLE_BIN=/tmp/oracle-old bench/run.sh   # measures that binary instead (no build)
+#   BIG_ROWS=0 SWEEP= bench/run.sh        # without the 10M-row directory and the concurrency sweep
+#   PROFILE_DIR=/tmp/profiles bench/run.sh    # also a system-wide perf profile of each scenario
 #
-# Reports requests/s, p50 and p99 for a trivial endpoint (the floor), heartbeats, placements of
-# existing grains and placements of new grains, each also as a ratio to the floor measured in the
-# same run. Needs wrk (apt-get install wrk) and a Postgres (BENCH_DATABASE_SERVER, default
-# postgres://postgres@127.0.0.1:5432). The table is printed and written to bench/results/.
+# Scenarios (64 connections, 2 wrk threads, 2 s warm-up and 10 s measured unless said otherwise):
+#   new-fresh     new grains on the fresh database, before any statistics exist (no ANALYZE)
+#   pgbench       pgbench's single-row INSERT … ON CONFLICT DO NOTHING into a table shaped like the
+#                 directory, on the same fresh database, same clients: what one statement per new
+#                 grain reaches
+#   floor         GET /healthz: the cheapest request the service answers
+#   heartbeats    1,000 silos in turn, every load field
+#   existing      placements of 20,000 known grains (directory hits)
+#   new           placements of grains never seen before, after ANALYZE
+#   racing        each new grain asked for by four callers at once (two on each wrk thread)
+#   existing-10M  the same known grains after BIG_ROWS (10 million) more rows fill the directory
+#   uniform-10M   known grains drawn uniformly from all 10 million (no two requests alike)
+#   sweep         floor, existing and new at each concurrency in SWEEP (5 s each)
+# The table, the raw figures and a plot (plot.svg: requests/s and p99 per scenario, and over
+# concurrency) go to bench/results/<time>/. Needs wrk and pgbench (apt-get install wrk
+# postgresql-contrib) and a Postgres that lets the user create databases (BENCH_DATABASE_SERVER,
+# default postgres://postgres@127.0.0.1:5432); perf for PROFILE_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,28 +32,93 @@ DURATION=${DURATION:-10}
 THREADS=${THREADS:-2}
 PORT=${PORT:-18080}
 SERVER=${BENCH_DATABASE_SERVER:-postgres://postgres@127.0.0.1:5432}
+BIG_ROWS=${BIG_ROWS:-10000000}
+SWEEP=${SWEEP-8 16 32 64 128 256}
+SWEEP_DURATION=${SWEEP_DURATION:-5}
 DATABASE=placement_oracle_bench
-export BENCH_CLUSTER=bench BENCH_SILOS=10 BENCH_GRAINS=20000 BENCH_RUN=$$
+DB="$SERVER/$DATABASE"
+export BENCH_CLUSTER=bench BENCH_SILOS=10 BENCH_GRAINS=20000 BENCH_BIG_ROWS=$BIG_ROWS
 export BENCH_HEARTBEAT_CLUSTER=heartbeats BENCH_HEARTBEAT_SILOS=1000
 
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-psql "$SERVER/postgres" -qAtc 'SELECT 1' >/dev/null || { echo "no Postgres at $SERVER" >&2; exit 1; }
+fail() { echo "bench/run.sh: $*" >&2; exit 1; }
+say() { echo "[$(date +%T)] $*" >&2; }
+command -v wrk >/dev/null || fail "wrk is missing: apt-get install wrk"
+command -v pgbench >/dev/null || fail "pgbench is missing: apt-get install postgresql-contrib"
+[ -z "${PROFILE_DIR:-}" ] || command -v perf >/dev/null || fail "perf is missing (PROFILE_DIR)"
+psql "$SERVER/postgres" -qAtc 'SELECT 1' >/dev/null || fail "no Postgres at $SERVER"
+if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then fail "port $PORT is in use (PORT=…)"; fi
 
-cargo build --release --quiet
+if [ -z "${ORACLE_BIN:-}" ]; then
+  cargo build --release --quiet
+  ORACLE_BIN=./target/release/placement-oracle
+fi
+OUT="bench/results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$OUT" ${PROFILE_DIR:+"$PROFILE_DIR"}
 psql "$SERVER/postgres" -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
 
-DATABASE_URL="$SERVER/$DATABASE" ORACLE_LISTEN="127.0.0.1:$PORT" ORACLE_SILO_TTL_MS=3600000 \
-  RUST_LOG=${RUST_LOG:-info} ./target/release/placement-oracle serve &
+DATABASE_URL="$DB" ORACLE_LISTEN="127.0.0.1:$PORT" ORACLE_SILO_TTL_MS=3600000 \
+  RUST_LOG=${RUST_LOG:-warn} "$ORACLE_BIN" serve &
 ORACLE=$!
 trap 'kill $ORACLE 2>/dev/null; wait $ORACLE 2>/dev/null || true' EXIT
 BASE="http://127.0.0.1:$PORT"
-for _ in $(seq 50); do curl -fs "$BASE/readyz" >/dev/null && break; sleep 0.2; done
+for _ in $(seq 100); do curl -fs "$BASE/readyz" >/dev/null && break; sleep 0.2; done
+curl -fs "$BASE/readyz" >/dev/null || fail "the oracle did not start"
 
-# Ten silos, and BENCH_GRAINS grains placed in batches of 1000 for the "existing" scenario.
 for i in $(seq 0 $((BENCH_SILOS - 1))); do
   curl -fs -o /dev/null -X POST "$BASE/v1/clusters/$BENCH_CLUSTER/heartbeats" -H 'content-type: application/json' \
     -d "{\"silo\":\"10.0.0.$i:11111@1\",\"cpu_usage\":10}"
 done
+
+# wrk's latency lines look like "     50%    1.23ms"; turn a duration into milliseconds.
+to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
+
+# Runs one scenario: name, wrk script, connections, seconds. Prints "name rps p50 p99 non2xx conns".
+measure() {
+  local name=$1 script=$2 conns=$3 seconds=$4 out perf_pid=""
+  export BENCH_RUN="$$-$name-$conns-warmup"   # new grains of the measured run are never warm-up's
+  wrk -t"$THREADS" -c"$conns" -d2s --timeout 10s -s "bench/wrk/$script.lua" "$BASE" >/dev/null
+  export BENCH_RUN="$$-$name-$conns"
+  if [ -n "${PROFILE_DIR:-}" ] && [ "$conns" = "$CONNECTIONS" ]; then
+    perf record -F 499 -a -g -o "$OUT/$name.perf" -- sleep "$((seconds - 1))" 2>/dev/null &
+    perf_pid=$!
+  fi
+  out=$(wrk -t"$THREADS" -c"$conns" -d"${seconds}s" --timeout 10s --latency -s "bench/wrk/$script.lua" "$BASE")
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid" || true
+    bench/profile-summary.sh "$OUT/$name.perf" > "$PROFILE_DIR/$name.txt" 2>/dev/null || true
+    rm -f "$OUT/$name.perf"
+  fi
+  local rps p50 p99 errors
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)
+  errors=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); errors=${errors:-0}
+  echo "$name $rps $p50 $p99 $errors $conns"
+}
+run() { say "$1"; measure "$1" "$2" "$CONNECTIONS" "$DURATION" | tee -a "$OUT/results.txt"; }
+analyze() { psql "$DB" -qc 'VACUUM (ANALYZE)' >/dev/null; }
+
+# 1. The fresh database: nothing has ever been analysed.
+run new-fresh new
+
+# 2. pgbench's single-row insert into a directory-shaped table, also never analysed.
+psql "$DB" -qc "CREATE TABLE pgbench_directory (cluster text COLLATE \"C\", grain text COLLATE \"C\",
+  silo text NOT NULL, strategy text NOT NULL, epoch bigint NOT NULL, created_ms bigint NOT NULL,
+  PRIMARY KEY (cluster, grain))"
+cat > "$OUT/insert.sql" <<'SQL'
+INSERT INTO pgbench_directory VALUES ('bench', 'fresh/' || :client_id || '-' || nextval('activation_epochs'),
+  '10.0.0.1:11111@1', 'random', currval('activation_epochs'), 0) ON CONFLICT DO NOTHING;
+SQL
+say pgbench
+pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T 2 -f "$OUT/insert.sql" "$DB" >/dev/null 2>&1
+psql "$DB" -qc 'TRUNCATE pgbench_directory'
+pgbench_out=$(pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$OUT/insert.sql" "$DB" 2>&1)
+tps=$(awk '/^tps/ {print $3; exit}' <<<"$pgbench_out")
+latency=$(awk '/^latency average/ {print $4}' <<<"$pgbench_out")
+echo "pgbench $tps $latency - 0 $CONNECTIONS" | tee -a "$OUT/results.txt"
+
+# 3. The known grains, then every other scenario on an analysed database.
+say "placing $BENCH_GRAINS known grains"
 python3 - "$BASE" <<'PY'
 import json, os, sys, urllib.request
 base, cluster, grains = sys.argv[1], os.environ["BENCH_CLUSTER"], int(os.environ["BENCH_GRAINS"])
@@ -47,42 +128,36 @@ for start in range(0, grains, 1000):
         data=json.dumps(body).encode(), headers={"content-type": "application/json"})
     urllib.request.urlopen(request).read()
 PY
+for scenario in floor heartbeats existing new racing; do
+  analyze
+  run "$scenario" "$scenario"
+done
 
-# wrk's latency lines look like "     50%    1.23ms"; turn a duration into milliseconds.
-to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
+# 4. Concurrency: the floor, known and new grains from 8 to 256 connections.
+for conns in $SWEEP; do
+  for scenario in floor existing new; do
+    say "sweep $scenario at $conns"
+    measure "$scenario" "$scenario" "$conns" "$SWEEP_DURATION" >> "$OUT/sweep.txt"
+  done
+done
 
-run() { # name script
-  # Each scenario starts from a clean table: no autovacuum of the previous scenario's churn in it.
-  psql "$SERVER/$DATABASE" -qc 'VACUUM (ANALYZE)' >/dev/null
-  # A fresh run id per wrk invocation, so "new" grains of the measured run are never ones the
-  # warm-up already placed.
-  export BENCH_RUN="$$-$1-warmup"
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d2s -s "bench/wrk/$2.lua" "$BASE" >/dev/null  # warm-up
-  export BENCH_RUN="$$-$1-measured"
-  local out; out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "bench/wrk/$2.lua" "$BASE")
-  local rps p50 p99 errors
-  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)
-  errors=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); errors=${errors:-0}
-  echo "$1 $rps $p50 $p99 $errors"
-}
+# 5. A directory of BIG_ROWS more rows (by SQL: placing ten million grains over HTTP would take an
+# hour here), spread over the same silos: rows as a registration writes them.
+if [ "$BIG_ROWS" -gt 0 ]; then
+  say "filling the directory with $BIG_ROWS rows"
+  chunk=1000000
+  for ((start = 0; start < BIG_ROWS; start += chunk)); do
+    psql "$DB" -qc "INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
+      SELECT '$BENCH_CLUSTER', 'big/g' || i, '10.0.0.' || (i % $BENCH_SILOS) || ':11111@1', 'random',
+             nextval('activation_epochs'), 0
+      FROM generate_series($start, LEAST($start + $chunk, $BIG_ROWS) - 1) AS i"
+  done
+  analyze
+  run existing-10M existing
+  run uniform-10M uniform
+fi
 
-results=$(
-  run floor floor
-  run heartbeats heartbeats
-  run existing existing
-  run new new
-)
-floor=$(awk '$1=="floor" {print $2}' <<<"$results")
-mkdir -p bench/results
-report="bench/results/$(date -u +%Y%m%dT%H%M%SZ).md"
-{
-  echo "placement-oracle load benchmark — $(date -u +%F), $(nproc) cores, ${CONNECTIONS} connections, ${THREADS} wrk threads, ${DURATION} s per scenario, Postgres store"
-  echo
-  echo "| scenario | requests/s | ÷ floor | p50 ms | p99 ms | non-2xx |"
-  echo "|---|---:|---:|---:|---:|---:|"
-  awk -v floor="$floor" '{printf "| %s | %.0f | %.3f | %.2f | %.2f | %s |\n", $1, $2, $2/floor, $3, $4, $5}' <<<"$results"
-} | tee "$report"
+python3 bench/report.py "$OUT" | tee "$OUT/table.md"
+python3 bench/plot.py "$OUT" > "$OUT/plot.svg"
 echo
-echo "written to $report"
+echo "written to $OUT/ (table.md, results.txt, sweep.txt, plot.svg)"

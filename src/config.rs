@@ -144,6 +144,27 @@ pub struct Config {
     )]
     pub lease_ttl_ms: u64,
 
+    /// How long this replica may answer a placement of a known grain from its own recent answers
+    /// (ms) instead of the database; 0 turns that cache off. Another replica's change to the grain
+    /// can reach this replica's answers this much later (never a second activation: see the
+    /// README, "What a runtime does with an answer").
+    #[arg(
+        long,
+        env = "ORACLE_DIRECTORY_CACHE_TTL_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub directory_cache_ttl_ms: u64,
+
+    /// Most answers that cache keeps.
+    #[arg(
+        long,
+        env = "ORACLE_DIRECTORY_CACHE_ENTRIES",
+        default_value_t = 1_000_000,
+        global = true
+    )]
+    pub directory_cache_entries: usize,
+
     /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
     /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
@@ -191,6 +212,14 @@ impl Config {
         check(
             (1_000..=600_000).contains(&self.lease_ttl_ms),
             "ORACLE_LEASE_TTL_MS must be from 1000 to 600000 (ten minutes)",
+        );
+        check(
+            self.directory_cache_ttl_ms <= 3_600_000,
+            "ORACLE_DIRECTORY_CACHE_TTL_MS must be from 0 (off) to 3600000 (an hour)",
+        );
+        check(
+            self.directory_cache_entries <= 100_000_000,
+            "ORACLE_DIRECTORY_CACHE_ENTRIES must be from 0 (off) to 100000000",
         );
         if let Some(id) = &self.replica_id {
             check(

@@ -109,7 +109,15 @@ pub async fn serve(
         lease_ttl_ms: clock::Millis::try_from(config.lease_ttl_ms).unwrap_or(10_000),
     };
     tracing::info!(replica = %replica.id, "this replica's name in cluster leases");
-    let oracle = Arc::new(Oracle::new(store, config.rng_seed).with_replica(replica));
+    let cache = oracle::CacheSettings {
+        ttl: std::time::Duration::from_millis(config.directory_cache_ttl_ms),
+        capacity: config.directory_cache_entries,
+    };
+    let oracle = Arc::new(
+        Oracle::new(store, config.rng_seed)
+            .with_replica(replica)
+            .with_directory_cache(cache),
+    );
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),

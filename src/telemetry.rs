@@ -59,6 +59,7 @@ pub mod metric {
     pub const HTTP_DURATION: &str = "http_request_duration_seconds";
     pub const HEARTBEATS: &str = "oracle_heartbeats_total";
     pub const PLACEMENTS: &str = "oracle_placements_total";
+    pub const DIRECTORY_CACHE: &str = "oracle_directory_cache_total";
     pub const SILOS: &str = "oracle_silos";
     pub const SILOS_DECLARED_DEAD: &str = "oracle_silos_declared_dead_total";
     pub const DIRECTORY_ENTRIES: &str = "oracle_directory_entries";
@@ -94,6 +95,10 @@ pub mod metric {
         describe_counter!(
             PLACEMENTS,
             "Placement answers by strategy and outcome (existing, placed, stateless, unplaceable)"
+        );
+        describe_counter!(
+            DIRECTORY_CACHE,
+            "Placements of registered grains by whether this replica's recent answers served them (hit) or the store did (miss)"
         );
         describe_gauge!(
             SILOS,
@@ -177,6 +182,11 @@ pub mod metric {
 
     pub fn placement(strategy: &str, outcome: &'static str) {
         counter!(PLACEMENTS, "strategy" => strategy.to_owned(), "outcome" => outcome).increment(1);
+    }
+
+    /// A placement of a registered grain served by this replica's recent answers, or not.
+    pub fn directory_cache(result: &'static str) {
+        counter!(DIRECTORY_CACHE, "result" => result).increment(1);
     }
 
     pub fn placement_decision(strategy: &'static str, took: std::time::Duration) {

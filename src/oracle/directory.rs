@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Oracle, OracleError};
-use crate::cluster::{ClusterName, GrainId, SiloId};
+use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
 use crate::policy::Policy;
 use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
@@ -139,8 +139,27 @@ impl Oracle {
                     .strategy
             })
             .collect();
+        let view = membership.view();
+        let mut results: Vec<Option<Result<Placement, OracleError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        // Grains this replica answered for lately, on silos still alive, need no store call.
         let registered: Vec<usize> = (0..requests.len())
             .filter(|&i| strategies[i].registers())
+            .filter(|&i| match self.cached_answer(cluster, &view, &requests[i]) {
+                Some(activation) => {
+                    metric::directory_cache("hit");
+                    results[i] = Some(Ok(Placement::registered(
+                        activation,
+                        Outcome::Existing,
+                        None,
+                    )));
+                    false
+                }
+                None => {
+                    metric::directory_cache("miss");
+                    true
+                }
+            })
             .collect();
 
         // One batched store call answers every registered grain: its entry if it has one, else
@@ -148,7 +167,6 @@ impl Oracle {
         // (about a microsecond; tallied, and taken back below) for grains that exist, and spares
         // new grains a second trip through the oracle. Webhook grains only look up here: their
         // endpoint is asked only for grains that need placing.
-        let view = membership.view();
         let proposing: Vec<usize> = registered
             .iter()
             .copied()
@@ -185,8 +203,6 @@ impl Oracle {
             )
             .await?;
 
-        let mut results: Vec<Option<Result<Placement, OracleError>>> =
-            (0..requests.len()).map(|_| None).collect();
         let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
         let mut not_placed = Vec::new();
         // A proposed silo that turned out unavailable means the membership read was stale: decide
@@ -203,7 +219,8 @@ impl Oracle {
             }
             match outcome {
                 Registration::Existing(located) if located.live => {
-                    results[i] = Some(Ok(Placement::registered(
+                    results[i] = Some(Ok(self.answered(
+                        cluster,
                         located.activation,
                         Outcome::Existing,
                         None,
@@ -214,7 +231,8 @@ impl Oracle {
                 }
                 Registration::Registered(activation) => {
                     let explanation = tentative.remove(&i).and_then(|d| d.explanation);
-                    results[i] = Some(Ok(Placement::registered(
+                    results[i] = Some(Ok(self.answered(
+                        cluster,
                         activation,
                         Outcome::Placed,
                         explanation,
@@ -333,14 +351,16 @@ impl Oracle {
             for ((i, _), registration) in attempts.into_iter().zip(registrations) {
                 match registration {
                     Registration::Registered(activation) => {
-                        results[i] = Some(Ok(Placement::registered(
+                        results[i] = Some(Ok(self.answered(
+                            cluster,
                             activation,
                             Outcome::Placed,
                             explanations.remove(&i),
                         )));
                     }
                     Registration::Existing(located) if located.live => {
-                        results[i] = Some(Ok(Placement::registered(
+                        results[i] = Some(Ok(self.answered(
+                            cluster,
                             located.activation,
                             Outcome::Existing,
                             None,
@@ -413,12 +433,60 @@ impl Oracle {
         cluster: &ClusterName,
         grain: &GrainId,
     ) -> Result<Activation, OracleError> {
-        self.lookups
+        let found = self
+            .lookups
             .call((cluster.clone(), grain.clone()))
             .await?
             .filter(|located| located.live)
-            .map(|located| located.activation)
-            .ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
+            .map(|located| located.activation);
+        // Always the store's answer; this replica's cached one follows it.
+        match &found {
+            Some(activation) => self.directory_cache.put(cluster.as_str(), activation),
+            None => self.directory_cache.forget(cluster.as_str(), grain.as_str()),
+        }
+        found.ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
+    }
+
+    /// A live activation the store answered with, remembered for the next placements of the grain.
+    fn answered(
+        &self,
+        cluster: &ClusterName,
+        activation: Activation,
+        outcome: Outcome,
+        explanation: Option<Explanation>,
+    ) -> Placement {
+        self.directory_cache.put(cluster.as_str(), &activation);
+        Placement::registered(activation, outcome, explanation)
+    }
+
+    /// The grain's activation as this replica last answered it, if the cache may serve it: its silo
+    /// is still alive in `view`, and it is not the requesting silo itself (a silo asking where its
+    /// own grain lives evidently does not run it, so the store must answer).
+    fn cached_answer(
+        &self,
+        cluster: &ClusterName,
+        view: &ClusterView,
+        request: &PlaceRequest,
+    ) -> Option<Activation> {
+        let activation = self
+            .directory_cache
+            .get(cluster.as_str(), request.grain.as_str())?;
+        if request
+            .requesting_silo
+            .as_ref()
+            .is_some_and(|silo| silo.as_str() == activation.silo)
+        {
+            return None;
+        }
+        let silo = view.silos.iter().find(|s| s.id.as_str() == activation.silo);
+        match silo.map(|silo| view.status(silo)) {
+            Some(SiloStatus::Dead) | None => {
+                self.directory_cache
+                    .forget(cluster.as_str(), request.grain.as_str());
+                None
+            }
+            Some(_) => Some(activation),
+        }
     }
 
     /// Removes the grain's activation, but only if it is still activation `epoch` on `silo`: a
@@ -431,6 +499,7 @@ impl Oracle {
         silo: &SiloId,
         epoch: i64,
     ) -> Result<(), OracleError> {
+        self.directory_cache.forget(cluster.as_str(), grain.as_str());
         let removed = self
             .store
             .deactivate(cluster, grain, silo, epoch)

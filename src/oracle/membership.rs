@@ -1,11 +1,14 @@
 //! Heartbeats and membership.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::{DrainProgress, Oracle, OracleError};
 use crate::cluster::silo::changes_membership;
-use crate::cluster::{heartbeat, ClusterName, Heartbeat, Liveness, SiloId, SiloRecord, SiloStatus};
-use crate::store::Departure;
+use crate::cluster::{
+    heartbeat, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus,
+};
+use crate::store::{Departure, Store, StoreError};
 use crate::telemetry::metric;
 
 /// A silo as seen at one instant: its record, and the judge that gives its status.
@@ -32,29 +35,29 @@ pub struct SiloListing {
 }
 
 impl Oracle {
-    /// Records a heartbeat, stamped with the store's clock.
+    /// Records a heartbeat, stamped with the store's clock. Heartbeats arriving together share
+    /// the store's round trips (see [`heartbeat_batch`]).
     pub async fn heartbeat(
         &self,
         cluster: &ClusterName,
         heartbeat: Heartbeat,
     ) -> Result<SiloSnapshot, OracleError> {
-        let membership_changed = AtomicBool::new(false);
-        let update = |previous: Option<&SiloRecord>, liveness: &Liveness| {
-            let next = heartbeat::apply(&heartbeat, previous, liveness)?;
-            membership_changed.store(changes_membership(previous, &next), Ordering::Relaxed);
-            Ok(next)
-        };
-        let outcome = self
-            .store
-            .record_heartbeat(cluster, &heartbeat.silo, &update)
+        let answer = self
+            .heartbeats
+            .call((cluster.clone(), heartbeat))
             .await
+            .and_then(|answer| answer)
             .inspect_err(|_| metric::store_error("record_heartbeat"))?;
-        match outcome {
-            Ok((record, liveness)) => {
+        match answer {
+            Ok(Written {
+                record,
+                liveness,
+                changes_membership,
+            }) => {
                 metric::heartbeat("accepted");
                 // Fresh load figures alone need not reach this replica's next decision at once;
                 // a new silo or a new status must.
-                if membership_changed.load(Ordering::Relaxed) {
+                if changes_membership {
                     self.forget_membership(cluster);
                 }
                 let snapshot = SiloSnapshot {
@@ -152,4 +155,49 @@ impl Oracle {
         );
         Ok(departure)
     }
+}
+
+/// A heartbeat as written.
+#[derive(Debug)]
+pub(super) struct Written {
+    record: SiloRecord,
+    liveness: Liveness,
+    /// Whether it added a silo or changed one's status (this replica's cached membership is then
+    /// out of date).
+    changes_membership: bool,
+}
+
+/// What one queued heartbeat comes to: written or refused, or a store failure of its own.
+pub(super) type HeartbeatAnswer = Result<Result<Written, HeartbeatRejection>, StoreError>;
+
+/// Records a batch of heartbeats in one store call (for Postgres, one read and one write for
+/// all of them); two heartbeats of one silo in the batch are applied in their order.
+pub(super) async fn heartbeat_batch(
+    store: Arc<dyn Store>,
+    calls: Vec<(ClusterName, Heartbeat)>,
+) -> Result<Vec<HeartbeatAnswer>, StoreError> {
+    let changed: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
+    let update = |i: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
+        let next = heartbeat::apply(&calls[i].1, previous, liveness)?;
+        changed[i].store(changes_membership(previous, &next), Ordering::Relaxed);
+        Ok(next)
+    };
+    let silos: Vec<(ClusterName, SiloId)> = calls
+        .iter()
+        .map(|(cluster, heartbeat)| (cluster.clone(), heartbeat.silo.clone()))
+        .collect();
+    let outcomes = store.record_heartbeats(&silos, &update).await?;
+    Ok(outcomes
+        .into_iter()
+        .zip(&changed)
+        .map(|(outcome, changed)| {
+            outcome.map(|written| {
+                written.map(|(record, liveness)| Written {
+                    record,
+                    liveness,
+                    changes_membership: changed.load(Ordering::Relaxed),
+                })
+            })
+        })
+        .collect())
 }

@@ -63,8 +63,10 @@ impl Oracle {
         match completion {
             Completion::Moved { migration, epoch } => {
                 metric::migrations(migration.reason.as_str(), "completed", 1);
-                // The grain's silo changed: this replica's next decision must see it.
+                // The grain's silo changed: this replica's next decision and answer must see it.
                 self.forget_membership(cluster);
+                self.directory_cache
+                    .forget(cluster.as_str(), &migration.grain);
                 Ok(Moved { migration, epoch })
             }
             Completion::Refused { migration, refusal } => {

@@ -5,6 +5,7 @@
 mod batcher;
 mod connections;
 mod directory;
+mod directory_cache;
 mod draining;
 mod leases;
 mod membership;
@@ -32,12 +33,14 @@ pub use movers::DriverStep;
 pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 pub use repartitioning::{EdgesTaken, RepartitionerRound, RepartitionerStatus};
 
-use crate::cluster::{ClusterName, GrainId, HeartbeatRejection, SiloId};
+use crate::cluster::{ClusterName, GrainId, Heartbeat, HeartbeatRejection, SiloId};
 use crate::placement::{LocalDeltas, PlacementError};
 use crate::policy::Policy;
 use crate::store::{Located, Membership, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
 use batcher::Batcher;
+pub use directory_cache::CacheSettings;
+use directory_cache::DirectoryCache;
 
 /// Most grains one batched lookup or registration carries.
 const MAX_BATCH: usize = 1_000;
@@ -108,6 +111,9 @@ pub struct Oracle {
     lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
     registrations: Batcher<(ClusterName, NewActivation), Registration>,
     proposals: Batcher<(ClusterName, Proposal), Registration>,
+    heartbeats: Batcher<(ClusterName, Heartbeat), membership::HeartbeatAnswer>,
+    /// Recent answers for placements of known grains (see [`directory_cache`]).
+    directory_cache: DirectoryCache,
     memberships: Mutex<HashMap<ClusterName, (Instant, Arc<Membership>)>>,
     /// One membership read per cluster at a time (see `membership_for_placement`).
     refresh_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
@@ -183,12 +189,23 @@ impl Oracle {
                 move |calls| directory::propose_batch(store.clone(), calls),
             )
         };
+        let heartbeats = {
+            let store = store.clone();
+            Batcher::spawn(
+                MAX_BATCH,
+                BATCHES_IN_FLIGHT,
+                MAX_QUEUED_CALLS,
+                move |calls| membership::heartbeat_batch(store.clone(), calls),
+            )
+        };
         Self {
             store,
             rng: Mutex::new(rng),
             lookups,
             registrations,
             proposals,
+            heartbeats,
+            directory_cache: DirectoryCache::new(CacheSettings::default()),
             memberships: Mutex::default(),
             refresh_gates: Mutex::default(),
             membership_changes: AtomicU64::new(0),
@@ -210,6 +227,12 @@ impl Oracle {
     /// The same oracle, known to cluster leases as `replica`.
     pub fn with_replica(mut self, replica: Replica) -> Self {
         self.replica = replica;
+        self
+    }
+
+    /// The same oracle, keeping recent directory answers as `settings` say.
+    pub fn with_directory_cache(mut self, settings: CacheSettings) -> Self {
+        self.directory_cache = DirectoryCache::new(settings);
         self
     }
 
@@ -340,9 +363,11 @@ impl Oracle {
             return None;
         }
         let mut membership = Membership::clone(membership);
-        membership.liveness = membership
-            .liveness
-            .later_by(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+        let later = match self.store.local_now() {
+            Some(now) => (now - membership.liveness.now).max(0),
+            None => i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+        };
+        membership.liveness = membership.liveness.later_by(later);
         Some((Arc::new(membership), *read_at))
     }
 

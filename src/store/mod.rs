@@ -161,6 +161,16 @@ pub type HeartbeatUpdate<'a> = dyn Fn(Option<&SiloRecord>, &Liveness) -> Result<
     + Sync
     + 'a;
 
+/// [`HeartbeatUpdate`] for a batch: also given the heartbeat's position in the batch.
+pub type HeartbeatUpdates<'a> = dyn Fn(usize, Option<&SiloRecord>, &Liveness) -> Result<SiloRecord, HeartbeatRejection>
+    + Send
+    + Sync
+    + 'a;
+
+/// What one heartbeat comes to: the record as written and the judge of the instant, or why it was
+/// refused.
+pub type HeartbeatOutcome = Result<(SiloRecord, Liveness), HeartbeatRejection>;
+
 /// The cluster's silos that are not marked dead, how to judge them, and the placement policy: all
 /// that a placement decision reads, in one store call. (Silos dead for the last hour are listed by
 /// [`MembershipStore::silos`], never loaded here.)
@@ -281,7 +291,24 @@ pub trait MembershipStore: Send + Sync + 'static {
         cluster: &ClusterName,
         silo: &SiloId,
         update: &HeartbeatUpdate<'_>,
-    ) -> Result<Result<(SiloRecord, Liveness), HeartbeatRejection>, StoreError>;
+    ) -> Result<HeartbeatOutcome, StoreError>;
+
+    /// Applies many heartbeats, each as [`MembershipStore::record_heartbeat`] would, one outcome
+    /// per heartbeat in order. Heartbeats of one silo are applied in their order, each to the
+    /// record the one before it left. A store where a call is a round trip does them together;
+    /// this default, for stores where it is not, does them one by one.
+    async fn record_heartbeats(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        update: &HeartbeatUpdates<'_>,
+    ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
+        let mut outcomes = Vec::with_capacity(silos.len());
+        for (i, (cluster, silo)) in silos.iter().enumerate() {
+            let one = |previous: Option<&SiloRecord>, liveness: &Liveness| update(i, previous, liveness);
+            outcomes.push(self.record_heartbeat(cluster, silo, &one).await);
+        }
+        Ok(outcomes)
+    }
 
     /// The cluster's silos that are not marked dead, or `None` when the cluster does not exist.
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError>;
@@ -348,47 +375,13 @@ pub trait DirectoryStore: Send + Sync + 'static {
     /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
     /// the registration of the proposed silo by [`DirectoryStore::register`]'s rules. A grain that exists
     /// costs a lookup; a new one is registered in the same call, without a second trip through the
-    /// oracle. (A single statement doing both was measured in Postgres: 44% more database CPU per
-    /// existing grain, the common case, than the lookup followed by an insert of the misses only.)
+    /// oracle. The Postgres store does both in one statement.
     async fn lookup_or_register(
         &self,
         cluster: &ClusterName,
         proposals: &[Proposal],
     ) -> Result<Vec<Registration>, StoreError> {
-        let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
-        let mut found: HashMap<String, Located> = self
-            .lookup(cluster, &grains)
-            .await?
-            .into_iter()
-            .map(|l| (l.activation.grain.clone(), l))
-            .collect();
-        let new: Vec<NewActivation> = proposals
-            .iter()
-            .filter(|p| !found.contains_key(p.grain.as_str()))
-            .filter_map(|p| {
-                p.silo.as_ref().map(|silo| NewActivation {
-                    grain: p.grain.clone(),
-                    silo: silo.clone(),
-                    strategy: p.strategy,
-                    replaces_epoch: None,
-                })
-            })
-            .collect();
-        let mut registered: HashMap<String, Registration> = HashMap::new();
-        if !new.is_empty() {
-            for (entry, outcome) in new.iter().zip(self.register(cluster, &new).await?) {
-                registered.insert(entry.grain.to_string(), outcome);
-            }
-        }
-        Ok(proposals
-            .iter()
-            .map(|p| match found.remove(p.grain.as_str()) {
-                Some(located) => Registration::Existing(located),
-                None => registered
-                    .remove(p.grain.as_str())
-                    .unwrap_or(Registration::SiloUnavailable),
-            })
-            .collect())
+        lookup_then_register(self, cluster, proposals).await
     }
 
     /// Removes the grain's entry if it is activation `epoch` on `silo`; `true` when it did.
@@ -431,6 +424,49 @@ pub trait DirectoryStore: Send + Sync + 'static {
     /// Releases up to `limit` directory entries of a dead silo; returns how many, 0 when no dead
     /// silo has any left. Idempotent; replicas may race on it.
     async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
+}
+
+/// [`DirectoryStore::lookup_or_register`] as a lookup, then a registration of the grains it did not
+/// find.
+pub async fn lookup_then_register(
+    store: &(impl DirectoryStore + ?Sized),
+    cluster: &ClusterName,
+    proposals: &[Proposal],
+) -> Result<Vec<Registration>, StoreError> {
+        let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
+        let mut found: HashMap<String, Located> = store
+            .lookup(cluster, &grains)
+            .await?
+            .into_iter()
+            .map(|l| (l.activation.grain.clone(), l))
+            .collect();
+        let new: Vec<NewActivation> = proposals
+            .iter()
+            .filter(|p| !found.contains_key(p.grain.as_str()))
+            .filter_map(|p| {
+                p.silo.as_ref().map(|silo| NewActivation {
+                    grain: p.grain.clone(),
+                    silo: silo.clone(),
+                    strategy: p.strategy,
+                    replaces_epoch: None,
+                })
+            })
+            .collect();
+        let mut registered: HashMap<String, Registration> = HashMap::new();
+        if !new.is_empty() {
+            for (entry, outcome) in new.iter().zip(store.register(cluster, &new).await?) {
+                registered.insert(entry.grain.to_string(), outcome);
+            }
+        }
+        Ok(proposals
+            .iter()
+            .map(|p| match found.remove(p.grain.as_str()) {
+                Some(located) => Registration::Existing(located),
+                None => registered
+                    .remove(p.grain.as_str())
+                    .unwrap_or(Registration::SiloUnavailable),
+            })
+            .collect())
 }
 
 /// The cluster policy, versioned (it is read with the membership).
@@ -771,6 +807,13 @@ pub trait Store:
 {
     /// `"postgres"` or `"memory"`, for logs and `/readyz`.
     fn kind(&self) -> &'static str;
+
+    /// The store's clock now, when the process can read it (an injected clock, or the memory
+    /// store's); `None` when only the database knows it. A replica moves its cached reads on by
+    /// it, so that they judge liveness at the store's time even when that clock jumps (tests).
+    fn local_now(&self) -> Option<Millis> {
+        None
+    }
 
     /// Succeeds when the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -284,3 +284,65 @@ async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
         placement_oracle::store::postgres::MIGRATOR.iter().count() as i64
     );
 }
+
+/// A replica answers placements of grains it answered for lately from its own cache, so its answer
+/// can be stale: another replica may have moved the grain since. The store alone registers, so a
+/// stale answer costs a forwarded call, never a second activation — as long as a silo runs a grain
+/// only under a registration it holds (the README's "What a runtime does with an answer").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_cached_answer_never_makes_a_second_activation() {
+    let (a, b, check) = two_replicas().await;
+    let grain = "user/wanderer";
+    let first = a.place(grain).await;
+    assert_eq!(first["outcome"], "placed");
+    let (old_silo, old_epoch) = (
+        first["silo"].as_str().unwrap().to_owned(),
+        first["epoch"].as_i64().unwrap(),
+    );
+
+    // Through replica B, the silo deactivates the grain and another call places it anew.
+    let gone = b
+        .delete(&format!(
+            "/activations/{grain}?silo={old_silo}&epoch={old_epoch}"
+        ))
+        .await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    let again = b.place(grain).await;
+    assert_eq!(again["outcome"], "placed");
+    let new_epoch = again["epoch"].as_i64().unwrap();
+    assert!(new_epoch > old_epoch);
+
+    // Replica A has not heard: it answers from its cache with the old activation.
+    let stale = a.place(grain).await;
+    assert_eq!(stale["outcome"], "existing");
+    assert_eq!(stale["epoch"], old_epoch, "the cached answer is the old one");
+
+    // The silo named does not hold that registration any more (it deactivated it), so it asks as
+    // itself; a cached answer naming the asking silo is never served: the store answers.
+    let asked = a
+        .post(
+            "/placements",
+            json!({ "grain": grain, "requesting_silo": old_silo }),
+        )
+        .await;
+    assert_eq!(asked.status, 200, "{}", asked.body);
+    assert_eq!(asked.body["epoch"], new_epoch);
+    assert_eq!(asked.body["outcome"], "existing");
+
+    // A stale epoch removes nothing, and the answer names the live activation.
+    let refused = a
+        .delete(&format!(
+            "/activations/{grain}?silo={old_silo}&epoch={old_epoch}"
+        ))
+        .await;
+    let problem = refused.problem(axum::http::StatusCode::CONFLICT);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("activation {new_epoch}")), "{detail}");
+
+    // The directory holds exactly one activation of the grain: the new one. A's lookup reads it
+    // from the store and refreshes A's answers.
+    assert_eq!(directory_rows(&check, &a.cluster, &[grain.to_owned()]).await, 1);
+    let looked_up = a.get(&format!("/activations/{grain}")).await;
+    assert_eq!(looked_up.body["epoch"], new_epoch);
+    assert_eq!(a.place(grain).await["epoch"], new_epoch);
+}

@@ -649,6 +649,10 @@ impl Store for MemoryStore {
         "memory"
     }
 
+    fn local_now(&self) -> Option<Millis> {
+        Some(self.clock.now_ms())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -29,8 +29,9 @@ use sqlx::{PgPool, Row};
 
 use super::health::StoreHealth;
 use super::{
-    Activation, Departure, DirectoryStore, HeartbeatUpdate, LimitReached, Located, Membership,
-    MembershipStore, NewActivation, PolicyStore, PoolStore, Reaped, Registration, SiloPage, Store,
+    Activation, Departure, DirectoryStore, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates,
+    LimitReached, Located, Membership,
+    MembershipStore, NewActivation, PolicyStore, Proposal, PoolStore, Reaped, Registration, SiloPage, Store,
     StoreError, StoreSettings, StoreStats, StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
@@ -403,6 +404,222 @@ impl PostgresStore {
         }
         Err(StoreError::Contended(MAX_HEARTBEAT_ATTEMPTS))
     }
+
+    /// Many heartbeats in two statements: one read of every silo they name, then one conditional
+    /// update of all of them (each row only if it is still the version that was read, as in
+    /// [`Self::try_record_heartbeat`]). Heartbeats of one silo are folded in order, each applied to
+    /// the record the one before it left, and written once. A silo that is new, was declared
+    /// dead by its heartbeat, or changed between the read and the write takes the one-by-one path,
+    /// all its heartbeats in order.
+    async fn try_record_heartbeats(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        update: &HeartbeatUpdates<'_>,
+    ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
+        // Positions of each silo's heartbeats, in batch order; silos in (cluster, silo) order so
+        // that concurrent batches lock rows in one order.
+        let mut by_silo: std::collections::BTreeMap<(&str, &str), Vec<usize>> = Default::default();
+        for (i, (cluster, silo)) in silos.iter().enumerate() {
+            by_silo.entry((cluster.as_str(), silo.as_str())).or_default().push(i);
+        }
+        let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
+            (0..silos.len()).map(|_| None).collect();
+        let mut one_by_one: Vec<usize> = Vec::new();
+        let mut clusters: Vec<&ClusterName> = silos.iter().map(|(c, _)| c).collect();
+        clusters.sort();
+        clusters.dedup();
+        for cluster in clusters {
+            if let Err(error) = self.ensure_cluster(cluster).await {
+                for (i, (c, _)) in silos.iter().enumerate() {
+                    if c == cluster {
+                        outcomes[i] = Some(Err(error.clone()));
+                    }
+                }
+            }
+        }
+
+        let keys: Vec<(&str, &str)> = by_silo
+            .keys()
+            .copied()
+            .filter(|(cluster, silo)| {
+                let first = by_silo[&(*cluster, *silo)][0];
+                outcomes[first].is_none()
+            })
+            .collect();
+        let (key_clusters, key_silos): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+        let rows = sqlx::query(&format!(
+            "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
+                    {SILO_COLUMNS}
+             FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS k(cluster, silo, position)
+             JOIN clusters c ON c.name = k.cluster
+             LEFT JOIN silos s ON s.cluster = k.cluster AND s.silo = k.silo"
+        ))
+        .bind(&key_clusters)
+        .bind(&key_silos)
+        .bind(self.now())
+        .fetch_all(&self.pool)
+        .await?;
+
+        // Fold each known silo's heartbeats; what is to be written, and from which version.
+        let mut writes: Vec<(usize, SiloRecord, i64)> = Vec::new();
+        let mut answered = vec![false; keys.len()];
+        for row in &rows {
+            let position: i64 = row.try_get("position")?;
+            let k = usize::try_from(position - 1)
+                .ok()
+                .filter(|&k| k < keys.len())
+                .ok_or_else(|| StoreError::Corrupt("a heartbeat read answered for no silo".into()))?;
+            answered[k] = true;
+            let positions = &by_silo[&keys[k]];
+            if row.try_get::<Option<String>, _>("silo")?.is_none() {
+                one_by_one.extend(positions);
+                continue;
+            }
+            let liveness = self.liveness_from_row(row)?;
+            let read = silo_from_row(row)?;
+            let mut current = read.clone();
+            let mut answers = Vec::with_capacity(positions.len());
+            let mut declared_dead = false;
+            let mut accepted = false;
+            for &i in positions {
+                match update(i, Some(&current), &liveness) {
+                    Ok(next) => {
+                        accepted = true;
+                        current = next.clone();
+                        answers.push((i, Ok((next, liveness))));
+                    }
+                    Err(HeartbeatRejection::DeclaredDead { .. }) if read.status != SiloStatus::Dead => {
+                        declared_dead = true;
+                        break;
+                    }
+                    Err(rejection) => answers.push((i, Err(rejection))),
+                }
+            }
+            if declared_dead {
+                one_by_one.extend(positions);
+                continue;
+            }
+            for (i, answer) in answers {
+                outcomes[i] = Some(Ok(answer));
+            }
+            if accepted {
+                writes.push((positions[0], current, read.heartbeat_count));
+            }
+        }
+        // A silo the read did not answer for (its cluster vanished meanwhile) is asked alone.
+        for (k, key) in keys.iter().enumerate() {
+            if !answered[k] {
+                one_by_one.extend(&by_silo[key]);
+            }
+        }
+
+        if !writes.is_empty() {
+            let mut columns = HeartbeatColumns::default();
+            for (first, record, previous_count) in &writes {
+                columns.push(&silos[*first].0, record, *previous_count);
+            }
+            let written = sqlx::query(
+                "UPDATE silos s SET address = u.address,
+                        status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
+                        last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
+                        profile = u.profile
+                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[],
+                             $7::jsonb[], $8::int8[])
+                      AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
+                           profile, previous_count)
+                 WHERE s.cluster = u.cluster AND s.silo = u.silo AND s.status <> 'dead'
+                   AND s.heartbeat_count = u.previous_count
+                 RETURNING s.cluster, s.silo, s.drained_at_ms",
+            )
+            .bind(&columns.clusters)
+            .bind(&columns.silos)
+            .bind(&columns.addresses)
+            .bind(&columns.statuses)
+            .bind(&columns.last_heartbeats)
+            .bind(&columns.counts)
+            .bind(&columns.profiles)
+            .bind(&columns.previous_counts)
+            .fetch_all(&self.pool)
+            .await;
+            let written = match written {
+                // Two batches met on the same rows in opposite orders: the one-by-one path sorts
+                // it out.
+                Err(sqlx::Error::Database(error))
+                    if error.code().as_deref() == Some(DEADLOCK_DETECTED) =>
+                {
+                    Vec::new()
+                }
+                written => written?,
+            };
+            let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
+            for row in &written {
+                drained.insert(
+                    (row.try_get("cluster")?, row.try_get("silo")?),
+                    row.try_get("drained_at_ms")?,
+                );
+            }
+            for (first, _, _) in &writes {
+                let (cluster, silo) = &silos[*first];
+                let positions = &by_silo[&(cluster.as_str(), silo.as_str())];
+                match drained.get(&(cluster.to_string(), silo.to_string())) {
+                    None => {
+                        for &i in positions {
+                            outcomes[i] = None;
+                        }
+                        one_by_one.extend(positions);
+                    }
+                    Some(None) => {}
+                    Some(Some(drained_at_ms)) => {
+                        for &i in positions {
+                            if let Some(Ok(Ok((answer, _)))) = &mut outcomes[i] {
+                                answer.status = SiloStatus::ShuttingDown;
+                                answer.drained_at_ms = Some(*drained_at_ms);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        one_by_one.sort_unstable();
+        for i in one_by_one {
+            let (cluster, silo) = &silos[i];
+            let one = |previous: Option<&SiloRecord>, liveness: &Liveness| update(i, previous, liveness);
+            outcomes[i] = Some(self.try_record_heartbeat(cluster, silo, &one).await);
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.ok_or_else(|| StoreError::Corrupt("a heartbeat of a batch got no answer".into()))
+            })
+            .collect()
+    }
+}
+
+/// The columns of a batched heartbeat write, one entry per silo.
+#[derive(Default)]
+struct HeartbeatColumns<'a> {
+    clusters: Vec<&'a str>,
+    silos: Vec<&'a str>,
+    addresses: Vec<&'a str>,
+    statuses: Vec<&'static str>,
+    last_heartbeats: Vec<Millis>,
+    counts: Vec<i64>,
+    profiles: Vec<Json<&'a SiloProfile>>,
+    previous_counts: Vec<i64>,
+}
+
+impl<'a> HeartbeatColumns<'a> {
+    fn push(&mut self, cluster: &'a ClusterName, record: &'a SiloRecord, previous_count: i64) {
+        self.clusters.push(cluster.as_str());
+        self.silos.push(record.id.as_str());
+        self.addresses.push(&record.profile.address);
+        self.statuses.push(record.status.as_str());
+        self.last_heartbeats.push(record.last_heartbeat_ms);
+        self.counts.push(record.heartbeat_count);
+        self.profiles.push(Json(&record.profile));
+        self.previous_counts.push(previous_count);
+    }
 }
 
 fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
@@ -598,14 +815,20 @@ impl PostgresStore {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
         let (outage_began_ago, outage_ended_ago) = self.outage();
         let rows = sqlx::query(
+            // One primary-key probe per grain, by the statement's shape: `a.grain = ANY($2)`
+            // lets a plan made without statistics (a fresh database) scan the cluster's every
+            // entry and compare it with every grain asked for.
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
                     silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
                                  COALESCE($3::int8, oracle_now_ms()), $4, $5) AS live
              FROM clusters c
-             JOIN activations a ON a.cluster = c.name
+             CROSS JOIN UNNEST($2::text[]) AS g(grain)
+             JOIN LATERAL (SELECT a.grain, a.silo, a.strategy, a.epoch, a.created_ms
+                           FROM activations a
+                           WHERE a.cluster = $1 AND a.grain = g.grain LIMIT 1) a ON true
              JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
-                           WHERE s.cluster = a.cluster AND s.silo = a.silo LIMIT 1) s ON true
-             WHERE c.name = $1 AND a.cluster = $1 AND a.grain = ANY($2)",
+                           WHERE s.cluster = $1 AND s.silo = a.silo LIMIT 1) s ON true
+             WHERE c.name = $1",
         )
         .bind(cluster.as_str())
         .bind(&names)
@@ -622,6 +845,139 @@ impl PostgresStore {
                 })
             })
             .collect()
+    }
+
+    /// [`DirectoryStore::lookup_or_register`] in one statement: each grain's entry if it has one,
+    /// and the registration (by [`Self::try_register`]'s rules: the chosen silo active, alive and
+    /// held `FOR KEY SHARE` until commit) of those that have none. A new grain costs one round
+    /// trip, not a lookup and then an insert, and each chosen silo is checked and locked once per
+    /// statement, not once per grain. Only a grain another transaction registered while
+    /// this statement ran (it lost that race) costs a second read.
+    async fn try_lookup_or_register(
+        &self,
+        cluster: &ClusterName,
+        proposals: &[Proposal],
+    ) -> Result<Vec<Registration>, StoreError> {
+        // Inserted in grain order, so that two replicas registering overlapping batches lock in the
+        // same order and cannot deadlock.
+        let mut order: Vec<usize> = (0..proposals.len()).collect();
+        order.sort_by(|&a, &b| proposals[a].grain.cmp(&proposals[b].grain));
+        let grains: Vec<&str> = order.iter().map(|&i| proposals[i].grain.as_str()).collect();
+        let silos: Vec<Option<&str>> = order
+            .iter()
+            .map(|&i| proposals[i].silo.as_ref().map(SiloId::as_str))
+            .collect();
+        let strategies: Vec<&str> = order.iter().map(|&i| proposals[i].strategy).collect();
+        let (outage_began_ago, outage_ended_ago) = self.outage();
+        let rows = sqlx::query(
+            "WITH asked AS (
+                SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+                         AS n(grain, silo, strategy, position)
+             ),
+             found AS (
+                SELECT a.grain, a.silo, a.strategy, a.epoch, a.created_ms
+                FROM asked n
+                JOIN LATERAL (SELECT a.grain, a.silo, a.strategy, a.epoch, a.created_ms
+                              FROM activations a
+                              WHERE a.cluster = $1 AND a.grain = n.grain LIMIT 1) a ON true
+             ),
+             missing AS (
+                SELECT n.* FROM asked n
+                WHERE n.silo IS NOT NULL AND NOT EXISTS (SELECT 1 FROM found f WHERE f.grain = n.grain)
+             ),
+             chosen AS (
+                SELECT s.silo
+                FROM (SELECT DISTINCT silo FROM missing) d
+                CROSS JOIN clusters c
+                JOIN LATERAL (
+                    SELECT s.silo FROM silos s
+                    WHERE s.cluster = $1 AND s.silo = d.silo AND s.status = 'active'
+                      AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                       COALESCE($5::int8, oracle_now_ms()), $6, $7)
+                    LIMIT 1
+                    FOR KEY SHARE
+                ) s ON true
+                WHERE c.name = $1
+             ),
+             inserted AS (
+                INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
+                SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'),
+                       COALESCE($5::int8, oracle_now_ms())
+                FROM missing n
+                JOIN chosen s ON s.silo = n.silo
+                ORDER BY n.position
+                ON CONFLICT (cluster, grain) DO NOTHING
+                RETURNING grain, silo, strategy, epoch, created_ms
+             ),
+             answered AS (
+                SELECT true AS registered, i.* FROM inserted i
+                UNION ALL
+                SELECT false, f.* FROM found f
+             )
+             SELECT r.registered, r.grain, r.silo, s.address, r.strategy, r.epoch, r.created_ms,
+                    r.registered OR silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                                 COALESCE($5::int8, oracle_now_ms()), $6, $7) AS live
+             FROM answered r
+             CROSS JOIN clusters c
+             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
+                           WHERE s.cluster = $1 AND s.silo = r.silo LIMIT 1) s ON true
+             WHERE c.name = $1",
+        )
+        .bind(cluster.as_str())
+        .bind(&grains)
+        .bind(&silos)
+        .bind(&strategies)
+        .bind(self.now())
+        .bind(outage_began_ago)
+        .bind(outage_ended_ago)
+        .fetch_all(&self.pool)
+        .await;
+        let rows = match rows {
+            // A chosen silo left (its row was deleted) between the liveness check and the foreign
+            // key check: nothing was written; the two-step path sorts it out.
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(FOREIGN_KEY_VIOLATION) =>
+            {
+                return super::lookup_then_register(self, cluster, proposals).await;
+            }
+            rows => rows?,
+        };
+        let mut answers: HashMap<String, Registration> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let activation = activation_from_row(row)?;
+            let grain = activation.grain.clone();
+            let answer = if row.try_get("registered")? {
+                Registration::Registered(activation)
+            } else {
+                Registration::Existing(Located {
+                    activation,
+                    live: row.try_get("live")?,
+                })
+            };
+            answers.insert(grain, answer);
+        }
+        // Grains registered by another transaction while this statement ran: their entry is
+        // committed now, but was not there when the statement looked.
+        let lost: Vec<GrainId> = proposals
+            .iter()
+            .filter(|p| p.silo.is_some() && !answers.contains_key(p.grain.as_str()))
+            .map(|p| p.grain.clone())
+            .collect();
+        if !lost.is_empty() {
+            for located in self.try_lookup(cluster, &lost).await? {
+                let grain = located.activation.grain.clone();
+                answers.insert(grain, Registration::Existing(located));
+            }
+        }
+        Ok(proposals
+            .iter()
+            .map(|p| {
+                answers
+                    .get(p.grain.as_str())
+                    .cloned()
+                    .unwrap_or(Registration::SiloUnavailable)
+            })
+            .collect())
     }
 
     async fn try_register(
@@ -1169,6 +1525,14 @@ impl MembershipStore for PostgresStore {
             .await
     }
 
+    async fn record_heartbeats(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        update: &HeartbeatUpdates<'_>,
+    ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
+        self.guard(self.try_record_heartbeats(silos, update)).await
+    }
+
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
         self.guard(self.try_membership(cluster)).await
     }
@@ -1229,6 +1593,17 @@ impl DirectoryStore for PostgresStore {
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError> {
         let outcome = self.guard(self.try_register(cluster, entries)).await;
+        deadlock_as_contention(outcome)
+    }
+
+    async fn lookup_or_register(
+        &self,
+        cluster: &ClusterName,
+        proposals: &[Proposal],
+    ) -> Result<Vec<Registration>, StoreError> {
+        let outcome = self
+            .guard(self.try_lookup_or_register(cluster, proposals))
+            .await;
         deadlock_as_contention(outcome)
     }
 
@@ -1335,6 +1710,10 @@ impl PoolStore for PostgresStore {
 impl Store for PostgresStore {
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+
+    fn local_now(&self) -> Option<Millis> {
+        self.now()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

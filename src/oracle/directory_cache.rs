@@ -1,0 +1,225 @@
+//! This replica's recent directory answers, so that a placement of a grain that has a live
+//! activation need not cost a database round trip.
+//!
+//! The cache is an optimisation of *answers*, never of *registrations*: nothing is registered,
+//! moved or removed on its word, and the single-activation guarantee stays the store's alone. An
+//! entry can be stale — another replica may have deactivated or moved the grain since — for at
+//! most the cache's time to live. What a stale answer can cost is a forwarded call, never a second
+//! activation, because a silo runs a grain only under a registration it holds (see the README's
+//! "What a runtime does with an answer"). To keep staleness rare and short:
+//! - a hit is served only while its silo is still alive in the membership the request reads;
+//! - an answer naming the requesting silo itself is never served from here (a silo asking where
+//!   its own grain lives evidently does not run it: the store is asked);
+//! - this replica's own deactivations and completed migrations forget the grain at once, and its
+//!   lookups (`GET …/activations/{grain}`, always read from the store) refresh it.
+//!
+//! Bounded: at most `capacity` entries; a full shard first drops expired entries, then arbitrary
+//! ones.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::store::Activation;
+
+/// Shards, so that concurrent requests seldom wait for one another's lock.
+const SHARDS: usize = 16;
+
+/// How long an answer may be served, and how many are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Zero turns the cache off.
+    pub ttl: Duration,
+    pub capacity: usize,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(10),
+            capacity: 1_000_000,
+        }
+    }
+}
+
+struct Entry {
+    activation: Activation,
+    cached_at: Instant,
+}
+
+/// Grains by cluster, in one shard.
+type Shard = HashMap<String, HashMap<String, Entry>>;
+
+pub struct DirectoryCache {
+    settings: CacheSettings,
+    hasher: std::collections::hash_map::RandomState,
+    shards: Vec<Mutex<(Shard, usize)>>,
+}
+
+impl DirectoryCache {
+    pub fn new(settings: CacheSettings) -> Self {
+        Self {
+            settings,
+            hasher: Default::default(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !self.settings.ttl.is_zero() && self.settings.capacity > 0
+    }
+
+    fn shard(&self, cluster: &str, grain: &str) -> std::sync::MutexGuard<'_, (Shard, usize)> {
+        let mut hasher = self.hasher.build_hasher();
+        cluster.hash(&mut hasher);
+        grain.hash(&mut hasher);
+        let index = (hasher.finish() % SHARDS as u64) as usize;
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The grain's cached activation, if it was cached less than the time to live ago.
+    pub fn get(&self, cluster: &str, grain: &str) -> Option<Activation> {
+        if !self.enabled() {
+            return None;
+        }
+        let mut guard = self.shard(cluster, grain);
+        let (shard, len) = &mut *guard;
+        let grains = shard.get_mut(cluster)?;
+        let entry = grains.get(grain)?;
+        if entry.cached_at.elapsed() < self.settings.ttl {
+            return Some(entry.activation.clone());
+        }
+        grains.remove(grain);
+        *len -= 1;
+        None
+    }
+
+    /// Remembers a live activation the store just answered with.
+    pub fn put(&self, cluster: &str, activation: &Activation) {
+        if !self.enabled() {
+            return;
+        }
+        let per_shard = self.settings.capacity.div_ceil(SHARDS);
+        let ttl = self.settings.ttl;
+        let mut guard = self.shard(cluster, &activation.grain);
+        let (shard, len) = &mut *guard;
+        if *len >= per_shard {
+            *len = evict(shard, ttl, per_shard);
+        }
+        let entry = Entry {
+            activation: activation.clone(),
+            cached_at: Instant::now(),
+        };
+        let grains = shard.entry(cluster.to_owned()).or_default();
+        if grains.insert(activation.grain.clone(), entry).is_none() {
+            *len += 1;
+        }
+    }
+
+    /// Forgets the grain (its activation was removed or moved through this replica).
+    pub fn forget(&self, cluster: &str, grain: &str) {
+        let mut guard = self.shard(cluster, grain);
+        let (shard, len) = &mut *guard;
+        if let Some(grains) = shard.get_mut(cluster) {
+            if grains.remove(grain).is_some() {
+                *len -= 1;
+            }
+        }
+    }
+
+    /// How many answers are kept now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).1)
+            .sum()
+    }
+}
+
+/// Makes room in a full shard: drops expired entries, then, if it is still full, arbitrary ones
+/// until a tenth of it is free. Returns the new length.
+fn evict(shard: &mut Shard, ttl: Duration, per_shard: usize) -> usize {
+    for grains in shard.values_mut() {
+        grains.retain(|_, entry| entry.cached_at.elapsed() < ttl);
+    }
+    let mut len: usize = shard.values().map(HashMap::len).sum();
+    let keep = per_shard - per_shard.div_ceil(10);
+    for grains in shard.values_mut() {
+        if len <= keep {
+            break;
+        }
+        let surplus: Vec<String> = grains.keys().take(len - keep).cloned().collect();
+        for grain in surplus {
+            grains.remove(&grain);
+            len -= 1;
+        }
+    }
+    shard.retain(|_, grains| !grains.is_empty());
+    len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn activation(grain: &str, epoch: i64) -> Activation {
+        Activation {
+            grain: grain.into(),
+            silo: "10.0.0.1:1@1".into(),
+            address: "10.0.0.1:1".into(),
+            strategy: "random".into(),
+            epoch,
+            created_ms: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_expire_after_their_time_to_live_and_can_be_forgotten() {
+        let cache = DirectoryCache::new(CacheSettings {
+            ttl: Duration::from_secs(10),
+            capacity: 100,
+        });
+        cache.put("c", &activation("user/a", 1));
+        cache.put("c", &activation("user/b", 2));
+        assert_eq!(cache.get("c", "user/a").map(|a| a.epoch), Some(1));
+        assert_eq!(cache.get("other", "user/a"), None, "clusters are apart");
+        cache.forget("c", "user/b");
+        assert_eq!(cache.get("c", "user/b"), None);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(cache.get("c", "user/a"), None, "expired at its time to live");
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_cache_stays_within_its_capacity() {
+        let capacity = 160;
+        let cache = DirectoryCache::new(CacheSettings {
+            ttl: Duration::from_secs(10),
+            capacity,
+        });
+        for i in 0..10 * capacity {
+            cache.put("c", &activation(&format!("user/{i}"), i as i64));
+            assert!(cache.len() <= capacity, "{} entries", cache.len());
+        }
+        assert!(cache.len() > capacity / 2, "eviction keeps most of a full cache");
+        let newest = format!("user/{}", 10 * capacity - 1);
+        assert!(cache.get("c", &newest).is_some(), "the newest entry is kept");
+    }
+
+    #[tokio::test]
+    async fn a_zero_time_to_live_turns_it_off() {
+        let cache = DirectoryCache::new(CacheSettings {
+            ttl: Duration::ZERO,
+            capacity: 100,
+        });
+        cache.put("c", &activation("user/a", 1));
+        assert_eq!(cache.get("c", "user/a"), None);
+        assert_eq!(cache.len(), 0);
+    }
+}
