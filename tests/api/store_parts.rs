@@ -11,7 +11,7 @@ use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
     Completion, EdgeReport, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration,
-    Refusal, Registration, Store,
+    Refusal, Registration, Store, StoreError,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -894,7 +894,123 @@ async fn edge_reports_are_numbered_read_in_pages_bounded_and_forgotten(backend: 
     assert_eq!((intake.pending, intake.dropped), (5, 2));
 }
 
+/// A heartbeat of silo `id` reporting `cpu` percent, in `status`.
+fn heartbeat_of(id: &str, cpu: f64, status: SiloStatus) -> Heartbeat {
+    Heartbeat {
+        silo: silo(id),
+        address: id.split('@').next().unwrap().to_owned(),
+        status,
+        role: None,
+        metadata: Default::default(),
+        grain_types: None,
+        load: LoadReport {
+            cpu_usage: Some(cpu),
+            ..LoadReport::default()
+        },
+    }
+}
+
+/// What each heartbeat of `beats` came to through `record_heartbeats`: the heartbeat count it
+/// wrote with its smoothed CPU, or the rejection.
+async fn beat_batch(store: &dyn Store, beats: &[Heartbeat]) -> Vec<Result<(i64, f64), String>> {
+    let update = |i: usize, previous: Option<&_>, liveness: &_| {
+        heartbeat::apply(&beats[i], previous, liveness)
+    };
+    let silos: Vec<(ClusterName, SiloId)> =
+        beats.iter().map(|b| (cluster(), b.silo.clone())).collect();
+    store
+        .record_heartbeats(&silos, &update)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|outcome| match outcome.unwrap() {
+            Ok((record, _)) => Ok((
+                record.heartbeat_count,
+                record.profile.smoothing.cpu_usage.unwrap_or(-1.0),
+            )),
+            Err(rejection) => Err(rejection.to_string()),
+        })
+        .collect()
+}
+
+async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Backend) {
+    let (batched, clock, _db) = direct(backend).await;
+    let (single, single_clock, _db2) = direct(backend).await;
+    for store in [&batched, &single] {
+        beat(store.as_ref(), "a@1").await;
+        beat(store.as_ref(), "b@1").await;
+    }
+    clock.advance_ms(1_000);
+    single_clock.advance_ms(1_000);
+    let beats = [
+        heartbeat_of("a@1", 10.0, SiloStatus::Active),
+        heartbeat_of("b@1", 50.0, SiloStatus::Active),
+        heartbeat_of("a@1", 30.0, SiloStatus::Active),
+        heartbeat_of("c@1", 5.0, SiloStatus::Active),
+        heartbeat_of("a@1", 90.0, SiloStatus::Joining),
+        heartbeat_of("a@1", 70.0, SiloStatus::Active),
+        heartbeat_of("c@1", 15.0, SiloStatus::Active),
+    ];
+    let together = beat_batch(batched.as_ref(), &beats).await;
+    let mut apart = Vec::new();
+    for beat in &beats {
+        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
+    }
+    assert_eq!(together, apart, "a batch answers exactly as one by one");
+    let counts: Vec<Option<i64>> = together.iter().map(|r| r.as_ref().ok().map(|r| r.0)).collect();
+    assert_eq!(
+        counts,
+        [Some(2), Some(2), Some(3), Some(1), None, Some(4), Some(2)],
+        "each silo's heartbeats apply in order; the regression is refused and skipped"
+    );
+    for id in ["a@1", "b@1", "c@1"] {
+        let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
+        let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
+        assert_eq!(stored_batched, stored_single, "{id} is stored as one by one would store it");
+    }
+}
+
+async fn concurrent_batches_beating_for_one_silo_lose_no_heartbeat(backend: Backend) {
+    let (store, _clock, _db) = direct(backend).await;
+    beat(store.as_ref(), "a@1").await;
+    let mut batches = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let store = store.clone();
+        batches.spawn(async move {
+            let beats = [
+                heartbeat_of("a@1", 20.0, SiloStatus::Active),
+                heartbeat_of("a@1", 40.0, SiloStatus::Active),
+            ];
+            let update = |i: usize, previous: Option<&_>, liveness: &_| {
+                heartbeat::apply(&beats[i], previous, liveness)
+            };
+            let silos = vec![(cluster(), silo("a@1")); 2];
+            store.record_heartbeats(&silos, &update).await.unwrap()
+        });
+    }
+    // A silo racing itself this hard may be told to retry (`Contended`); every heartbeat that was
+    // acknowledged wrote a version of its own, and none was lost.
+    let mut written = Vec::new();
+    while let Some(answers) = batches.join_next().await {
+        for answer in answers.unwrap() {
+            match answer {
+                Ok(Ok((record, _))) => written.push(record.heartbeat_count),
+                Err(StoreError::Contended(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    written.sort_unstable();
+    let expected: Vec<i64> = (2..2 + written.len() as i64).collect();
+    assert_eq!(written, expected, "every acknowledged heartbeat wrote its own version");
+    assert!(written.len() >= 2, "at least the first batch got through");
+    let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(stored.heartbeat_count, 1 + written.len() as i64);
+}
+
 for_both_stores!(
+    a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
+    concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,
     a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,
     work_state_is_written_only_under_the_current_lease,
