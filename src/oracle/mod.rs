@@ -44,9 +44,12 @@ use directory_cache::DirectoryCache;
 
 /// Most grains one batched lookup or registration carries.
 const MAX_BATCH: usize = 1_000;
-/// Batched store calls of one kind in flight at once. Measured on two cores with bench/run.sh:
-/// 2 and 4 do alike, 8 loses a third of the throughput to contention.
-const BATCHES_IN_FLIGHT: usize = 4;
+/// Batched store calls of one kind in flight at once. Fewer in flight means fuller batches (fewer
+/// statements and commits per call) but more waiting behind the one under way. Measured on two
+/// cores with bench/run.sh's new-grain scenario (64 connections), after placements became one
+/// statement per batch: 2 gave 10–14k placements/s against 10–11k for 4 (8 and 15 grains per
+/// commit); 1 varied from 13k to 17k with a p99 of up to 41 ms.
+const BATCHES_IN_FLIGHT: usize = 2;
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
 const MAX_QUEUED_CALLS: usize = 20_000;

@@ -519,14 +519,28 @@ impl PostgresStore {
                 columns.push(&silos[*first].0, record, *previous_count);
             }
             let written = sqlx::query(
-                "UPDATE silos s SET address = u.address,
+                // The rows are locked first, in (cluster, silo) order, so that two batches naming
+                // the same silos wait for each other instead of deadlocking (which Postgres would
+                // only notice after `deadlock_timeout`, a second).
+                "WITH u AS (
+                    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
+                                         $6::int8[], $7::jsonb[], $8::int8[])
+                             AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
+                                  profile, previous_count)
+                 ),
+                 locked AS (
+                    SELECT s.cluster, s.silo FROM u
+                    JOIN LATERAL (SELECT s.cluster, s.silo, s.status, s.heartbeat_count FROM silos s
+                                  WHERE s.cluster = u.cluster AND s.silo = u.silo LIMIT 1) s ON true
+                    WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
+                    ORDER BY s.cluster, s.silo
+                    FOR NO KEY UPDATE OF s
+                 )
+                 UPDATE silos s SET address = u.address,
                         status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
                         last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
                         profile = u.profile
-                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[],
-                             $7::jsonb[], $8::int8[])
-                      AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
-                           profile, previous_count)
+                 FROM u JOIN locked l ON l.cluster = u.cluster AND l.silo = u.silo
                  WHERE s.cluster = u.cluster AND s.silo = u.silo AND s.status <> 'dead'
                    AND s.heartbeat_count = u.previous_count
                  RETURNING s.cluster, s.silo, s.drained_at_ms",
