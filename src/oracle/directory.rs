@@ -145,21 +145,25 @@ impl Oracle {
         // Grains this replica answered for lately, on silos still alive, need no store call.
         let registered: Vec<usize> = (0..requests.len())
             .filter(|&i| strategies[i].registers())
-            .filter(|&i| match self.cached_answer(cluster, &view, &requests[i]) {
-                Some(activation) => {
-                    metric::directory_cache("hit");
-                    results[i] = Some(Ok(Placement::registered(
-                        activation,
-                        Outcome::Existing,
-                        None,
-                    )));
-                    false
-                }
-                None => {
-                    metric::directory_cache("miss");
-                    true
-                }
-            })
+            .filter(
+                |&i| match self.cached_answer(cluster, &view, &requests[i]) {
+                    Some(activation) => {
+                        metric::directory_cache("hit");
+                        results[i] = Some(Ok(Placement::registered(
+                            activation,
+                            Outcome::Existing,
+                            None,
+                        )));
+                        false
+                    }
+                    None => {
+                        if self.directory_cache.enabled() {
+                            metric::directory_cache("miss");
+                        }
+                        true
+                    }
+                },
+            )
             .collect();
 
         // One batched store call answers every registered grain: its entry if it has one, else
@@ -442,7 +446,9 @@ impl Oracle {
         // Always the store's answer; this replica's cached one follows it.
         match &found {
             Some(activation) => self.directory_cache.put(cluster.as_str(), activation),
-            None => self.directory_cache.forget(cluster.as_str(), grain.as_str()),
+            None => self
+                .directory_cache
+                .forget(cluster.as_str(), grain.as_str(), 0),
         }
         found.ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
@@ -478,11 +484,19 @@ impl Oracle {
         {
             return None;
         }
-        let silo = view.silos.iter().find(|s| s.id.as_str() == activation.silo);
+        // The view's silos are in id order (a miss here only costs a store call).
+        let silo = view
+            .silos
+            .binary_search_by(|s| s.id.as_str().cmp(&activation.silo))
+            .ok()
+            .map(|at| &view.silos[at]);
         match silo.map(|silo| view.status(silo)) {
             Some(SiloStatus::Dead) | None => {
-                self.directory_cache
-                    .forget(cluster.as_str(), request.grain.as_str());
+                self.directory_cache.forget(
+                    cluster.as_str(),
+                    request.grain.as_str(),
+                    activation.epoch + 1,
+                );
                 None
             }
             Some(_) => Some(activation),
@@ -499,13 +513,14 @@ impl Oracle {
         silo: &SiloId,
         epoch: i64,
     ) -> Result<(), OracleError> {
-        self.directory_cache.forget(cluster.as_str(), grain.as_str());
         let removed = self
             .store
             .deactivate(cluster, grain, silo, epoch)
             .await
             .inspect_err(|_| metric::store_error("deactivate"))?;
         if removed {
+            self.directory_cache
+                .forget(cluster.as_str(), grain.as_str(), epoch + 1);
             return Ok(());
         }
         match self.lookup(cluster, grain).await {

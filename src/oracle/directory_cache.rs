@@ -46,7 +46,11 @@ impl Default for CacheSettings {
 }
 
 struct Entry {
-    activation: Activation,
+    /// `None` once the grain was forgotten: a tombstone, so that a placement answered from an
+    /// older read cannot put the forgotten activation back.
+    activation: Option<Activation>,
+    /// Answers with a smaller epoch are older than what this entry knows, and are not kept.
+    min_epoch: i64,
     cached_at: Instant,
 }
 
@@ -68,7 +72,7 @@ impl DirectoryCache {
         }
     }
 
-    fn enabled(&self) -> bool {
+    pub fn enabled(&self) -> bool {
         !self.settings.ttl.is_zero() && self.settings.capacity > 0
     }
 
@@ -92,7 +96,7 @@ impl DirectoryCache {
         let grains = shard.get_mut(cluster)?;
         let entry = grains.get(grain)?;
         if entry.cached_at.elapsed() < self.settings.ttl {
-            return Some(entry.activation.clone());
+            return entry.activation.clone();
         }
         grains.remove(grain);
         *len -= 1;
@@ -111,24 +115,40 @@ impl DirectoryCache {
         if *len >= per_shard {
             *len = evict(shard, ttl, per_shard);
         }
+        let grains = shard.entry(cluster.to_owned()).or_default();
+        let known = grains
+            .get(&activation.grain)
+            .filter(|entry| entry.cached_at.elapsed() < ttl);
+        if known.is_some_and(|entry| activation.epoch < entry.min_epoch) {
+            return;
+        }
         let entry = Entry {
-            activation: activation.clone(),
+            activation: Some(activation.clone()),
+            min_epoch: activation.epoch,
             cached_at: Instant::now(),
         };
-        let grains = shard.entry(cluster.to_owned()).or_default();
         if grains.insert(activation.grain.clone(), entry).is_none() {
             *len += 1;
         }
     }
 
-    /// Forgets the grain (its activation was removed or moved through this replica).
-    pub fn forget(&self, cluster: &str, grain: &str) {
+    /// Forgets the grain, and — for the time to live — any answer about it with an epoch below
+    /// `min_epoch`: call it after the store removed or moved an activation through this replica
+    /// (a placement that read the old entry just before must not bring it back).
+    pub fn forget(&self, cluster: &str, grain: &str, min_epoch: i64) {
+        if !self.enabled() {
+            return;
+        }
         let mut guard = self.shard(cluster, grain);
         let (shard, len) = &mut *guard;
-        if let Some(grains) = shard.get_mut(cluster) {
-            if grains.remove(grain).is_some() {
-                *len -= 1;
-            }
+        let grains = shard.entry(cluster.to_owned()).or_default();
+        let tombstone = Entry {
+            activation: None,
+            min_epoch,
+            cached_at: Instant::now(),
+        };
+        if grains.insert(grain.to_owned(), tombstone).is_none() {
+            *len += 1;
         }
     }
 
@@ -137,7 +157,11 @@ impl DirectoryCache {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).1)
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .1
+            })
             .sum()
     }
 }
@@ -189,11 +213,24 @@ mod tests {
         cache.put("c", &activation("user/b", 2));
         assert_eq!(cache.get("c", "user/a").map(|a| a.epoch), Some(1));
         assert_eq!(cache.get("other", "user/a"), None, "clusters are apart");
-        cache.forget("c", "user/b");
+        cache.forget("c", "user/b", 3);
         assert_eq!(cache.get("c", "user/b"), None);
+        cache.put("c", &activation("user/b", 2));
+        assert_eq!(
+            cache.get("c", "user/b"),
+            None,
+            "an answer older than the forgetting is not kept"
+        );
+        cache.put("c", &activation("user/b", 3));
+        assert_eq!(cache.get("c", "user/b").map(|a| a.epoch), Some(3));
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(cache.get("c", "user/a"), None, "expired at its time to live");
-        assert_eq!(cache.len(), 0);
+        assert_eq!(
+            cache.get("c", "user/a"),
+            None,
+            "expired at its time to live"
+        );
+        assert_eq!(cache.get("c", "user/b"), None);
+        assert_eq!(cache.len(), 0, "expired entries are dropped when read");
     }
 
     #[tokio::test(start_paused = true)]
@@ -207,9 +244,15 @@ mod tests {
             cache.put("c", &activation(&format!("user/{i}"), i as i64));
             assert!(cache.len() <= capacity, "{} entries", cache.len());
         }
-        assert!(cache.len() > capacity / 2, "eviction keeps most of a full cache");
+        assert!(
+            cache.len() > capacity / 2,
+            "eviction keeps most of a full cache"
+        );
         let newest = format!("user/{}", 10 * capacity - 1);
-        assert!(cache.get("c", &newest).is_some(), "the newest entry is kept");
+        assert!(
+            cache.get("c", &newest).is_some(),
+            "the newest entry is kept"
+        );
     }
 
     #[tokio::test]

@@ -66,7 +66,7 @@ impl Oracle {
                 // The grain's silo changed: this replica's next decision and answer must see it.
                 self.forget_membership(cluster);
                 self.directory_cache
-                    .forget(cluster.as_str(), &migration.grain);
+                    .forget(cluster.as_str(), &migration.grain, epoch);
                 Ok(Moved { migration, epoch })
             }
             Completion::Refused { migration, refusal } => {

@@ -304,7 +304,8 @@ pub trait MembershipStore: Send + Sync + 'static {
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
         let mut outcomes = Vec::with_capacity(silos.len());
         for (i, (cluster, silo)) in silos.iter().enumerate() {
-            let one = |previous: Option<&SiloRecord>, liveness: &Liveness| update(i, previous, liveness);
+            let one =
+                |previous: Option<&SiloRecord>, liveness: &Liveness| update(i, previous, liveness);
             outcomes.push(self.record_heartbeat(cluster, silo, &one).await);
         }
         Ok(outcomes)
@@ -433,40 +434,40 @@ pub async fn lookup_then_register(
     cluster: &ClusterName,
     proposals: &[Proposal],
 ) -> Result<Vec<Registration>, StoreError> {
-        let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
-        let mut found: HashMap<String, Located> = store
-            .lookup(cluster, &grains)
-            .await?
-            .into_iter()
-            .map(|l| (l.activation.grain.clone(), l))
-            .collect();
-        let new: Vec<NewActivation> = proposals
-            .iter()
-            .filter(|p| !found.contains_key(p.grain.as_str()))
-            .filter_map(|p| {
-                p.silo.as_ref().map(|silo| NewActivation {
-                    grain: p.grain.clone(),
-                    silo: silo.clone(),
-                    strategy: p.strategy,
-                    replaces_epoch: None,
-                })
+    let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
+    let mut found: HashMap<String, Located> = store
+        .lookup(cluster, &grains)
+        .await?
+        .into_iter()
+        .map(|l| (l.activation.grain.clone(), l))
+        .collect();
+    let new: Vec<NewActivation> = proposals
+        .iter()
+        .filter(|p| !found.contains_key(p.grain.as_str()))
+        .filter_map(|p| {
+            p.silo.as_ref().map(|silo| NewActivation {
+                grain: p.grain.clone(),
+                silo: silo.clone(),
+                strategy: p.strategy,
+                replaces_epoch: None,
             })
-            .collect();
-        let mut registered: HashMap<String, Registration> = HashMap::new();
-        if !new.is_empty() {
-            for (entry, outcome) in new.iter().zip(store.register(cluster, &new).await?) {
-                registered.insert(entry.grain.to_string(), outcome);
-            }
+        })
+        .collect();
+    let mut registered: HashMap<String, Registration> = HashMap::new();
+    if !new.is_empty() {
+        for (entry, outcome) in new.iter().zip(store.register(cluster, &new).await?) {
+            registered.insert(entry.grain.to_string(), outcome);
         }
-        Ok(proposals
-            .iter()
-            .map(|p| match found.remove(p.grain.as_str()) {
-                Some(located) => Registration::Existing(located),
-                None => registered
-                    .remove(p.grain.as_str())
-                    .unwrap_or(Registration::SiloUnavailable),
-            })
-            .collect())
+    }
+    Ok(proposals
+        .iter()
+        .map(|p| match found.remove(p.grain.as_str()) {
+            Some(located) => Registration::Existing(located),
+            None => registered
+                .remove(p.grain.as_str())
+                .unwrap_or(Registration::SiloUnavailable),
+        })
+        .collect())
 }
 
 /// The cluster policy, versioned (it is read with the membership).

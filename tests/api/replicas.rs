@@ -315,7 +315,10 @@ async fn a_stale_cached_answer_never_makes_a_second_activation() {
     // Replica A has not heard: it answers from its cache with the old activation.
     let stale = a.place(grain).await;
     assert_eq!(stale["outcome"], "existing");
-    assert_eq!(stale["epoch"], old_epoch, "the cached answer is the old one");
+    assert_eq!(
+        stale["epoch"], old_epoch,
+        "the cached answer is the old one"
+    );
 
     // The silo named does not hold that registration any more (it deactivated it), so it asks as
     // itself; a cached answer naming the asking silo is never served: the store answers.
@@ -337,11 +340,17 @@ async fn a_stale_cached_answer_never_makes_a_second_activation() {
         .await;
     let problem = refused.problem(axum::http::StatusCode::CONFLICT);
     let detail = problem["detail"].as_str().unwrap();
-    assert!(detail.contains(&format!("activation {new_epoch}")), "{detail}");
+    assert!(
+        detail.contains(&format!("activation {new_epoch}")),
+        "{detail}"
+    );
 
     // The directory holds exactly one activation of the grain: the new one. A's lookup reads it
     // from the store and refreshes A's answers.
-    assert_eq!(directory_rows(&check, &a.cluster, &[grain.to_owned()]).await, 1);
+    assert_eq!(
+        directory_rows(&check, &a.cluster, &[grain.to_owned()]).await,
+        1
+    );
     let looked_up = a.get(&format!("/activations/{grain}")).await;
     assert_eq!(looked_up.body["epoch"], new_epoch);
     assert_eq!(a.place(grain).await["epoch"], new_epoch);

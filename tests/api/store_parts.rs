@@ -957,7 +957,10 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
     }
     assert_eq!(together, apart, "a batch answers exactly as one by one");
-    let counts: Vec<Option<i64>> = together.iter().map(|r| r.as_ref().ok().map(|r| r.0)).collect();
+    let counts: Vec<Option<i64>> = together
+        .iter()
+        .map(|r| r.as_ref().ok().map(|r| r.0))
+        .collect();
     assert_eq!(
         counts,
         [Some(2), Some(2), Some(3), Some(1), None, Some(4), Some(2)],
@@ -966,7 +969,10 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
     for id in ["a@1", "b@1", "c@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
-        assert_eq!(stored_batched, stored_single, "{id} is stored as one by one would store it");
+        assert_eq!(
+            stored_batched, stored_single,
+            "{id} is stored as one by one would store it"
+        );
     }
 }
 
@@ -1002,7 +1008,10 @@ async fn concurrent_batches_beating_for_one_silo_lose_no_heartbeat(backend: Back
     }
     written.sort_unstable();
     let expected: Vec<i64> = (2..2 + written.len() as i64).collect();
-    assert_eq!(written, expected, "every acknowledged heartbeat wrote its own version");
+    assert_eq!(
+        written, expected,
+        "every acknowledged heartbeat wrote its own version"
+    );
     assert!(written.len() >= 2, "at least the first batch got through");
     let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
     assert_eq!(stored.heartbeat_count, 1 + written.len() as i64);

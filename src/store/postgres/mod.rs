@@ -30,9 +30,9 @@ use sqlx::{PgPool, Row};
 use super::health::StoreHealth;
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates,
-    LimitReached, Located, Membership,
-    MembershipStore, NewActivation, PolicyStore, Proposal, PoolStore, Reaped, Registration, SiloPage, Store,
-    StoreError, StoreSettings, StoreStats, StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
+    LimitReached, Located, Membership, MembershipStore, NewActivation, PolicyStore, PoolStore,
+    Proposal, Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
+    StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::silo::SiloProfile;
@@ -415,12 +415,15 @@ impl PostgresStore {
         &self,
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
-    ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
+    ) -> Result<BatchedHeartbeats, StoreError> {
         // Positions of each silo's heartbeats, in batch order; silos in (cluster, silo) order so
         // that concurrent batches lock rows in one order.
         let mut by_silo: std::collections::BTreeMap<(&str, &str), Vec<usize>> = Default::default();
         for (i, (cluster, silo)) in silos.iter().enumerate() {
-            by_silo.entry((cluster.as_str(), silo.as_str())).or_default().push(i);
+            by_silo
+                .entry((cluster.as_str(), silo.as_str()))
+                .or_default()
+                .push(i);
         }
         let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
             (0..silos.len()).map(|_| None).collect();
@@ -451,8 +454,9 @@ impl PostgresStore {
             "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
                     {SILO_COLUMNS}
              FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS k(cluster, silo, position)
-             JOIN clusters c ON c.name = k.cluster
-             LEFT JOIN silos s ON s.cluster = k.cluster AND s.silo = k.silo"
+             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c WHERE c.name = k.cluster) c ON true
+             LEFT JOIN LATERAL (SELECT * FROM silos s
+                                WHERE s.cluster = k.cluster AND s.silo = k.silo LIMIT 1) s ON true"
         ))
         .bind(&key_clusters)
         .bind(&key_silos)
@@ -468,7 +472,9 @@ impl PostgresStore {
             let k = usize::try_from(position - 1)
                 .ok()
                 .filter(|&k| k < keys.len())
-                .ok_or_else(|| StoreError::Corrupt("a heartbeat read answered for no silo".into()))?;
+                .ok_or_else(|| {
+                    StoreError::Corrupt("a heartbeat read answered for no silo".into())
+                })?;
             answered[k] = true;
             let positions = &by_silo[&keys[k]];
             if row.try_get::<Option<String>, _>("silo")?.is_none() {
@@ -488,7 +494,9 @@ impl PostgresStore {
                         current = next.clone();
                         answers.push((i, Ok((next, liveness))));
                     }
-                    Err(HeartbeatRejection::DeclaredDead { .. }) if read.status != SiloStatus::Dead => {
+                    Err(HeartbeatRejection::DeclaredDead { .. })
+                        if read.status != SiloStatus::Dead =>
+                    {
                         declared_dead = true;
                         break;
                     }
@@ -514,14 +522,17 @@ impl PostgresStore {
         }
 
         if !writes.is_empty() {
+            // In (cluster, silo) order: the statement locks the rows in the order it is given them.
+            writes.sort_by(|a, b| silos[a.0].cmp(&silos[b.0]));
             let mut columns = HeartbeatColumns::default();
             for (first, record, previous_count) in &writes {
                 columns.push(&silos[*first].0, record, *previous_count);
             }
             let written = sqlx::query(
-                // The rows are locked first, in (cluster, silo) order, so that two batches naming
-                // the same silos wait for each other instead of deadlocking (which Postgres would
-                // only notice after `deadlock_timeout`, a second).
+                // The rows are locked first, one by one in the order given — (cluster, silo)
+                // order — so that two batches naming the same silos wait for each other instead
+                // of deadlocking (which Postgres would only notice after `deadlock_timeout`, a
+                // second). Each row is found by its key, whatever the statistics.
                 "WITH u AS (
                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
                                          $6::int8[], $7::jsonb[], $8::int8[])
@@ -533,7 +544,6 @@ impl PostgresStore {
                     JOIN LATERAL (SELECT s.cluster, s.silo, s.status, s.heartbeat_count FROM silos s
                                   WHERE s.cluster = u.cluster AND s.silo = u.silo LIMIT 1) s ON true
                     WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
-                    ORDER BY s.cluster, s.silo
                     FOR NO KEY UPDATE OF s
                  )
                  UPDATE silos s SET address = u.address,
@@ -596,18 +606,18 @@ impl PostgresStore {
         }
 
         one_by_one.sort_unstable();
-        for i in one_by_one {
-            let (cluster, silo) = &silos[i];
-            let one = |previous: Option<&SiloRecord>, liveness: &Liveness| update(i, previous, liveness);
-            outcomes[i] = Some(self.try_record_heartbeat(cluster, silo, &one).await);
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.ok_or_else(|| StoreError::Corrupt("a heartbeat of a batch got no answer".into()))
-            })
-            .collect()
+        Ok(BatchedHeartbeats {
+            outcomes,
+            one_by_one,
+        })
     }
+}
+
+/// What the batched heartbeat statements settled, and the heartbeats (positions, in order) left to
+/// the one-by-one path.
+struct BatchedHeartbeats {
+    outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>>,
+    one_by_one: Vec<usize>,
 }
 
 /// The columns of a batched heartbeat write, one entry per silo.
@@ -901,7 +911,7 @@ impl PostgresStore {
              ),
              chosen AS (
                 SELECT s.silo
-                FROM (SELECT DISTINCT silo FROM missing) d
+                FROM (SELECT DISTINCT silo FROM missing ORDER BY silo) d
                 CROSS JOIN clusters c
                 JOIN LATERAL (
                     SELECT s.silo FROM silos s
@@ -924,18 +934,24 @@ impl PostgresStore {
                 RETURNING grain, silo, strategy, epoch, created_ms
              ),
              answered AS (
-                SELECT true AS registered, i.* FROM inserted i
+                SELECT 'registered' AS kind, i.* FROM inserted i
                 UNION ALL
-                SELECT false, f.* FROM found f
+                SELECT 'found', f.* FROM found f
              )
-             SELECT r.registered, r.grain, r.silo, s.address, r.strategy, r.epoch, r.created_ms,
-                    r.registered OR silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                                 COALESCE($5::int8, oracle_now_ms()), $6, $7) AS live
+             SELECT r.kind, r.grain, r.silo, s.address, r.strategy, r.epoch, r.created_ms,
+                    r.kind = 'registered'
+                    OR silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
+                                    COALESCE($5::int8, oracle_now_ms()), $6, $7) AS live
              FROM answered r
              CROSS JOIN clusters c
              JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
                            WHERE s.cluster = $1 AND s.silo = r.silo LIMIT 1) s ON true
-             WHERE c.name = $1",
+             WHERE c.name = $1
+             UNION ALL
+             -- Grains whose proposed silo could not take them: decided again, not looked up.
+             SELECT 'unavailable', m.grain, m.silo, NULL, NULL, NULL, NULL, false
+             FROM missing m
+             WHERE NOT EXISTS (SELECT 1 FROM chosen s WHERE s.silo = m.silo)",
         )
         .bind(cluster.as_str())
         .bind(&grains)
@@ -958,9 +974,14 @@ impl PostgresStore {
         };
         let mut answers: HashMap<String, Registration> = HashMap::with_capacity(rows.len());
         for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            if kind == "unavailable" {
+                answers.insert(row.try_get("grain")?, Registration::SiloUnavailable);
+                continue;
+            }
             let activation = activation_from_row(row)?;
             let grain = activation.grain.clone();
-            let answer = if row.try_get("registered")? {
+            let answer = if kind == "registered" {
                 Registration::Registered(activation)
             } else {
                 Registration::Existing(Located {
@@ -970,8 +991,8 @@ impl PostgresStore {
             };
             answers.insert(grain, answer);
         }
-        // Grains registered by another transaction while this statement ran: their entry is
-        // committed now, but was not there when the statement looked.
+        // Grains registered by another transaction while this statement ran (their entry is
+        // committed now, but was not there when the statement looked): the only ones read again.
         let lost: Vec<GrainId> = proposals
             .iter()
             .filter(|p| p.silo.is_some() && !answers.contains_key(p.grain.as_str()))
@@ -1544,7 +1565,48 @@ impl MembershipStore for PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
-        self.guard(self.try_record_heartbeats(silos, update)).await
+        let BatchedHeartbeats {
+            mut outcomes,
+            one_by_one,
+        } = self
+            .guard(self.try_record_heartbeats(silos, update))
+            .await?;
+        // The rest one by one, each under its own deadline: different silos at once, one silo's
+        // heartbeats in their order (a fleet rejoining after a restart is all new silos).
+        let mut by_silo: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for i in one_by_one {
+            let (cluster, silo) = &silos[i];
+            by_silo
+                .entry((cluster.as_str(), silo.as_str()))
+                .or_default()
+                .push(i);
+        }
+        let per_silo = by_silo.into_values().map(|positions| async move {
+            let mut answers = Vec::with_capacity(positions.len());
+            for i in positions {
+                let (cluster, silo) = &silos[i];
+                let one = |previous: Option<&SiloRecord>, liveness: &Liveness| {
+                    update(i, previous, liveness)
+                };
+                answers.push((i, self.record_heartbeat(cluster, silo, &one).await));
+            }
+            answers
+        });
+        for (i, answer) in futures_util::future::join_all(per_silo)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            outcomes[i] = Some(answer);
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.ok_or_else(|| {
+                    StoreError::Corrupt("a heartbeat of a batch got no answer".into())
+                })
+            })
+            .collect()
     }
 
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError> {
