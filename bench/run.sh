@@ -75,9 +75,11 @@ to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v 
 # Runs one scenario: name, wrk script, connections, seconds. Prints "name rps p50 p99 non2xx conns".
 measure() {
   local name=$1 script=$2 conns=$3 seconds=$4 out perf_pid=""
-  export BENCH_RUN="$$-$name-$conns-warmup"   # new grains of the measured run are never warm-up's
+  # New grains are new: every wrk invocation names its own (a name reused from an earlier run of
+  # the same scenario would be a directory hit).
+  export BENCH_RUN="$$-$name-$conns-$(date +%s%N)"
   wrk -t"$THREADS" -c"$conns" -d2s --timeout 10s -s "bench/wrk/$script.lua" "$BASE" >/dev/null
-  export BENCH_RUN="$$-$name-$conns"
+  export BENCH_RUN="$$-$name-$conns-$(date +%s%N)"
   if [ -n "${PROFILE_DIR:-}" ] && [ "$conns" = "$CONNECTIONS" ]; then
     perf record -F 499 -a -g -o "$OUT/$name.perf" -- sleep "$((seconds - 1))" 2>/dev/null &
     perf_pid=$!
