@@ -448,7 +448,7 @@ impl Oracle {
             Some(activation) => self.directory_cache.put(cluster.as_str(), activation),
             None => self
                 .directory_cache
-                .forget(cluster.as_str(), grain.as_str(), 0),
+                .forget_answer(cluster.as_str(), grain.as_str()),
         }
         found.ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
@@ -490,15 +490,10 @@ impl Oracle {
             .binary_search_by(|s| s.id.as_str().cmp(&activation.silo))
             .ok()
             .map(|at| &view.silos[at]);
+        // On a silo the view does not show alive, the store answers (a silo that just joined may
+        // be missing from a view read a moment ago, so the kept answer is not dropped for it).
         match silo.map(|silo| view.status(silo)) {
-            Some(SiloStatus::Dead) | None => {
-                self.directory_cache.forget(
-                    cluster.as_str(),
-                    request.grain.as_str(),
-                    activation.epoch + 1,
-                );
-                None
-            }
+            Some(SiloStatus::Dead) | None => None,
             Some(_) => Some(activation),
         }
     }
@@ -513,14 +508,14 @@ impl Oracle {
         silo: &SiloId,
         epoch: i64,
     ) -> Result<(), OracleError> {
-        let removed = self
-            .store
-            .deactivate(cluster, grain, silo, epoch)
-            .await
-            .inspect_err(|_| metric::store_error("deactivate"))?;
-        if removed {
+        let removed = self.store.deactivate(cluster, grain, silo, epoch).await;
+        // Also after a failure: the store may have removed it before the failure reached us, and
+        // barring epoch `epoch` and older ones can only spare a stale answer.
+        if !matches!(removed, Ok(false)) {
             self.directory_cache
                 .forget(cluster.as_str(), grain.as_str(), epoch + 1);
+        }
+        if removed.inspect_err(|_| metric::store_error("deactivate"))? {
             return Ok(());
         }
         match self.lookup(cluster, grain).await {

@@ -134,21 +134,60 @@ impl DirectoryCache {
 
     /// Forgets the grain, and — for the time to live — any answer about it with an epoch below
     /// `min_epoch`: call it after the store removed or moved an activation through this replica
-    /// (a placement that read the old entry just before must not bring it back).
+    /// (a placement that read the old entry just before must not bring it back). A bar is never
+    /// lowered by a later, smaller one, and a kept answer at or above the bar stays.
     pub fn forget(&self, cluster: &str, grain: &str, min_epoch: i64) {
+        let ttl = self.settings.ttl;
+        let mut guard = self.shard(cluster, grain);
+        let (shard, len) = &mut *guard;
+        let known = shard
+            .get_mut(cluster)
+            .and_then(|grains| grains.get_mut(grain))
+            .filter(|entry| entry.cached_at.elapsed() < ttl);
+        if let Some(entry) = known {
+            let raised = min_epoch > entry.min_epoch;
+            entry.min_epoch = entry.min_epoch.max(min_epoch);
+            if entry
+                .activation
+                .as_ref()
+                .is_some_and(|a| a.epoch < entry.min_epoch)
+            {
+                entry.activation = None;
+            }
+            // A raised bar guards for a whole time to live from now; a kept answer keeps its age.
+            if raised && entry.activation.is_none() {
+                entry.cached_at = Instant::now();
+            }
+            return;
+        }
         if !self.enabled() {
             return;
         }
-        let mut guard = self.shard(cluster, grain);
-        let (shard, len) = &mut *guard;
-        let grains = shard.entry(cluster.to_owned()).or_default();
+        let per_shard = self.settings.capacity.div_ceil(SHARDS);
+        if *len >= per_shard {
+            *len = evict(shard, ttl, per_shard);
+        }
         let tombstone = Entry {
             activation: None,
             min_epoch,
             cached_at: Instant::now(),
         };
-        if grains.insert(grain.to_owned(), tombstone).is_none() {
+        if shard
+            .entry(cluster.to_owned())
+            .or_default()
+            .insert(grain.to_owned(), tombstone)
+            .is_none()
+        {
             *len += 1;
+        }
+    }
+
+    /// Drops the kept answer about the grain, if any, and bars its epoch and older ones (the store
+    /// said the grain has no activation now).
+    pub fn forget_answer(&self, cluster: &str, grain: &str) {
+        let kept = self.get(cluster, grain);
+        if let Some(activation) = kept {
+            self.forget(cluster, grain, activation.epoch + 1);
         }
     }
 
@@ -166,22 +205,30 @@ impl DirectoryCache {
     }
 }
 
-/// Makes room in a full shard: drops expired entries, then, if it is still full, arbitrary ones
-/// until a tenth of it is free. Returns the new length.
+/// Makes room in a full shard: drops expired entries; if it is still full, answers, then
+/// tombstones (they guard against stale answers, so they go last), until a tenth of it is free.
+/// Returns the new length.
 fn evict(shard: &mut Shard, ttl: Duration, per_shard: usize) -> usize {
     for grains in shard.values_mut() {
         grains.retain(|_, entry| entry.cached_at.elapsed() < ttl);
     }
     let mut len: usize = shard.values().map(HashMap::len).sum();
     let keep = per_shard - per_shard.div_ceil(10);
-    for grains in shard.values_mut() {
-        if len <= keep {
-            break;
-        }
-        let surplus: Vec<String> = grains.keys().take(len - keep).cloned().collect();
-        for grain in surplus {
-            grains.remove(&grain);
-            len -= 1;
+    for tombstones_too in [false, true] {
+        for grains in shard.values_mut() {
+            if len <= keep {
+                break;
+            }
+            let surplus: Vec<String> = grains
+                .iter()
+                .filter(|(_, entry)| tombstones_too || entry.activation.is_some())
+                .map(|(grain, _)| grain.clone())
+                .take(len - keep)
+                .collect();
+            for grain in surplus {
+                grains.remove(&grain);
+                len -= 1;
+            }
         }
     }
     shard.retain(|_, grains| !grains.is_empty());
@@ -221,8 +268,21 @@ mod tests {
             None,
             "an answer older than the forgetting is not kept"
         );
+        cache.forget("c", "user/b", 0);
+        cache.put("c", &activation("user/b", 2));
+        assert_eq!(
+            cache.get("c", "user/b"),
+            None,
+            "a later, lower bar does not lower it"
+        );
         cache.put("c", &activation("user/b", 3));
         assert_eq!(cache.get("c", "user/b").map(|a| a.epoch), Some(3));
+        cache.forget("c", "user/b", 3);
+        assert_eq!(
+            cache.get("c", "user/b").map(|a| a.epoch),
+            Some(3),
+            "an answer at the bar stays"
+        );
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(
             cache.get("c", "user/a"),

@@ -11,7 +11,7 @@ use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
     Completion, EdgeReport, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration,
-    Refusal, Registration, Store, StoreError,
+    Proposal, Refusal, Registration, Store, StoreError,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -1017,7 +1017,64 @@ async fn concurrent_batches_beating_for_one_silo_lose_no_heartbeat(backend: Back
     assert_eq!(stored.heartbeat_count, 1 + written.len() as i64);
 }
 
+async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    beat(&*store, "a@1").await;
+    beat(&*store, "quiet@1").await;
+    clock.advance_ms(TTL_MS / 2);
+    beat(&*store, "a@1").await;
+    clock.advance_ms(TTL_MS / 2 + 1);
+    store
+        .register(&cluster(), &[entry("user/known", "a@1")])
+        .await
+        .unwrap();
+    let proposal = |grain: &str, silo_id: Option<&str>| Proposal {
+        grain: GrainId::parse("grain", grain).unwrap(),
+        silo: silo_id.map(silo),
+        strategy: Strategy::Random.as_str(),
+    };
+    let answers = store
+        .lookup_or_register(
+            &cluster(),
+            &[
+                proposal("user/new", Some("a@1")),
+                proposal("user/known", Some("quiet@1")),
+                proposal("user/stranded", Some("quiet@1")),
+                proposal("user/only-looked-up", None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answers[0], Registration::Registered(a) if a.silo == "a@1"),
+        "a new grain on a live silo is registered: {:?}",
+        answers[0]
+    );
+    assert!(
+        matches!(&answers[1], Registration::Existing(l) if l.activation.silo == "a@1" && l.live),
+        "a known grain is answered as it is, whatever was proposed: {:?}",
+        answers[1]
+    );
+    assert_eq!(
+        answers[2],
+        Registration::SiloUnavailable,
+        "a silo silent past its TTL takes nothing"
+    );
+    assert_eq!(
+        answers[3],
+        Registration::SiloUnavailable,
+        "nothing proposed, nothing found"
+    );
+    let stranded = GrainId::parse("grain", "user/stranded").unwrap();
+    assert!(store
+        .lookup(&cluster(), &[stranded])
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 for_both_stores!(
+    lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,

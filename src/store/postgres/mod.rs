@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
@@ -46,6 +47,9 @@ use crate::policy::Policy;
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).
 const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
+
+/// Silos of one heartbeat batch taking the one-by-one path at once (each holds a connection).
+const SILOS_ONE_BY_ONE_AT_ONCE: usize = 4;
 
 /// SQLSTATE of a foreign key violation.
 const FOREIGN_KEY_VIOLATION: &str = "23503";
@@ -1571,8 +1575,9 @@ impl MembershipStore for PostgresStore {
         } = self
             .guard(self.try_record_heartbeats(silos, update))
             .await?;
-        // The rest one by one, each under its own deadline: different silos at once, one silo's
-        // heartbeats in their order (a fleet rejoining after a restart is all new silos).
+        // The rest one by one, each under its own deadline: a few silos at once (a fleet rejoining
+        // after a restart is all new silos, and must not take every connection), one silo's
+        // heartbeats in their order.
         let mut by_silo: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
         for i in one_by_one {
             let (cluster, silo) = &silos[i];
@@ -1592,11 +1597,11 @@ impl MembershipStore for PostgresStore {
             }
             answers
         });
-        for (i, answer) in futures_util::future::join_all(per_silo)
-            .await
-            .into_iter()
-            .flatten()
-        {
+        let answers: Vec<_> = futures_util::stream::iter(per_silo)
+            .buffer_unordered(SILOS_ONE_BY_ONE_AT_ONCE)
+            .collect()
+            .await;
+        for (i, answer) in answers.into_iter().flatten() {
             outcomes[i] = Some(answer);
         }
         outcomes
