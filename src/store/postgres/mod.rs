@@ -624,6 +624,14 @@ struct BatchedHeartbeats {
     one_by_one: Vec<usize>,
 }
 
+/// Positions of `items` in grain order: registrations insert in it, so that two replicas
+/// registering overlapping batches lock index entries in the same order and cannot deadlock.
+fn grain_order<T>(items: &[T], grain: impl Fn(&T) -> &GrainId) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| grain(&items[a]).cmp(grain(&items[b])));
+    order
+}
+
 /// The columns of a batched heartbeat write, one entry per silo.
 #[derive(Default)]
 struct HeartbeatColumns<'a> {
@@ -875,6 +883,24 @@ impl PostgresStore {
             .collect()
     }
 
+    /// The entries of grains an insert lost to another transaction (committed while the insert
+    /// ran, so the insert's own statement could not see them), by grain; none asked, no trip.
+    async fn race_winners(
+        &self,
+        cluster: &ClusterName,
+        lost: &[GrainId],
+    ) -> Result<HashMap<String, Located>, StoreError> {
+        if lost.is_empty() {
+            return Ok(HashMap::new());
+        }
+        Ok(self
+            .try_lookup(cluster, lost)
+            .await?
+            .into_iter()
+            .map(|located| (located.activation.grain.clone(), located))
+            .collect())
+    }
+
     /// [`DirectoryStore::lookup_or_register`] in one statement: each grain's entry if it has one,
     /// and the registration (by [`Self::try_register`]'s rules: the chosen silo active, alive and
     /// held `FOR KEY SHARE` until commit) of those that have none. A new grain costs one round
@@ -886,10 +912,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         proposals: &[Proposal],
     ) -> Result<Vec<Registration>, StoreError> {
-        // Inserted in grain order, so that two replicas registering overlapping batches lock in the
-        // same order and cannot deadlock.
-        let mut order: Vec<usize> = (0..proposals.len()).collect();
-        order.sort_by(|&a, &b| proposals[a].grain.cmp(&proposals[b].grain));
+        let order = grain_order(proposals, |p| &p.grain);
         let grains: Vec<&str> = order.iter().map(|&i| proposals[i].grain.as_str()).collect();
         let silos: Vec<Option<&str>> = order
             .iter()
@@ -1002,11 +1025,8 @@ impl PostgresStore {
             .filter(|p| p.silo.is_some() && !answers.contains_key(p.grain.as_str()))
             .map(|p| p.grain.clone())
             .collect();
-        if !lost.is_empty() {
-            for located in self.try_lookup(cluster, &lost).await? {
-                let grain = located.activation.grain.clone();
-                answers.insert(grain, Registration::Existing(located));
-            }
+        for (grain, located) in self.race_winners(cluster, &lost).await? {
+            answers.insert(grain, Registration::Existing(located));
         }
         Ok(proposals
             .iter()
@@ -1024,10 +1044,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError> {
-        // Rows are written in grain order so that two replicas registering overlapping batches
-        // always lock in the same order and cannot deadlock.
-        let mut order: Vec<usize> = (0..entries.len()).collect();
-        order.sort_by(|&a, &b| entries[a].grain.cmp(&entries[b].grain));
+        let order = grain_order(entries, |e| &e.grain);
         let now = self.now();
         let (outage_began_ago, outage_ended_ago) = self.outage();
 
@@ -1156,12 +1173,7 @@ impl PostgresStore {
             .filter(|e| !registered.contains_key(e.grain.as_str()))
             .map(|e| e.grain.clone())
             .collect();
-        let mut winners: HashMap<String, Located> = HashMap::new();
-        if !lost.is_empty() {
-            for located in self.try_lookup(cluster, &lost).await? {
-                winners.insert(located.activation.grain.clone(), located);
-            }
-        }
+        let winners = self.race_winners(cluster, &lost).await?;
         Ok(entries
             .iter()
             .map(|e| {
