@@ -141,6 +141,23 @@ pub struct Oracle {
     mover_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// A [`Batcher`] in front of one batched store operation, with the oracle's batch limits.
+fn store_batcher<I, O, F, Fut>(store: &Arc<dyn Store>, run: F) -> Batcher<I, O>
+where
+    I: Send + 'static,
+    O: Send + 'static,
+    F: Fn(Arc<dyn Store>, Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<O>, StoreError>> + Send + 'static,
+{
+    let store = store.clone();
+    Batcher::spawn(
+        MAX_BATCH,
+        BATCHES_IN_FLIGHT,
+        MAX_QUEUED_CALLS,
+        move |calls| run(store.clone(), calls),
+    )
+}
+
 /// Who this replica is to cluster leases.
 #[derive(Debug, Clone)]
 pub struct Replica {
@@ -165,42 +182,10 @@ impl Oracle {
             Some(seed) => ChaCha8Rng::seed_from_u64(seed),
             None => ChaCha8Rng::from_entropy(),
         };
-        let lookups = {
-            let store = store.clone();
-            Batcher::spawn(
-                MAX_BATCH,
-                BATCHES_IN_FLIGHT,
-                MAX_QUEUED_CALLS,
-                move |calls| directory::lookup_batch(store.clone(), calls),
-            )
-        };
-        let registrations = {
-            let store = store.clone();
-            Batcher::spawn(
-                MAX_BATCH,
-                BATCHES_IN_FLIGHT,
-                MAX_QUEUED_CALLS,
-                move |calls| directory::register_batch(store.clone(), calls),
-            )
-        };
-        let proposals = {
-            let store = store.clone();
-            Batcher::spawn(
-                MAX_BATCH,
-                BATCHES_IN_FLIGHT,
-                MAX_QUEUED_CALLS,
-                move |calls| directory::propose_batch(store.clone(), calls),
-            )
-        };
-        let heartbeats = {
-            let store = store.clone();
-            Batcher::spawn(
-                MAX_BATCH,
-                BATCHES_IN_FLIGHT,
-                MAX_QUEUED_CALLS,
-                move |calls| membership::heartbeat_batch(store.clone(), calls),
-            )
-        };
+        let lookups = store_batcher(&store, directory::lookup_batch);
+        let registrations = store_batcher(&store, directory::register_batch);
+        let proposals = store_batcher(&store, directory::propose_batch);
+        let heartbeats = store_batcher(&store, membership::heartbeat_batch);
         Self {
             store,
             rng: Mutex::new(rng),
