@@ -18,7 +18,8 @@
 #   new           placements of grains never seen before, after ANALYZE
 #   racing        each new grain asked for by four callers at once (two on each wrk thread)
 #   existing-10M  the same known grains after BIG_ROWS (10 million) more rows fill the directory
-#   uniform-10M   known grains drawn uniformly from all 10 million (no two requests alike)
+#   uniform-10M   known grains drawn uniformly from all of them (bench/scale/known.lua: nearly no
+#                 two requests alike)
 #   sweep         floor, existing and new at each concurrency in SWEEP (5 s each)
 # The table, the raw figures and a plot (plot.svg: requests/s and p99 per scenario, and over
 # concurrency) go to bench/results/<time>/. Needs wrk and pgbench (apt-get install wrk
@@ -37,7 +38,7 @@ SWEEP=${SWEEP-8 16 32 64 128 256}
 SWEEP_DURATION=${SWEEP_DURATION:-5}
 DATABASE=placement_oracle_bench
 DB="$SERVER/$DATABASE"
-export BENCH_CLUSTER=bench BENCH_SILOS=10 BENCH_GRAINS=20000 BENCH_BIG_ROWS=$BIG_ROWS
+export BENCH_CLUSTER=bench BENCH_SILOS=10 BENCH_GRAINS=20000
 export BENCH_HEARTBEAT_CLUSTER=heartbeats BENCH_HEARTBEAT_SILOS=1000
 
 fail() { echo "bench/run.sh: $*" >&2; exit 1; }
@@ -72,19 +73,19 @@ done
 # wrk's latency lines look like "     50%    1.23ms"; turn a duration into milliseconds.
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
 
-# Runs one scenario: name, wrk script, connections, seconds. Prints "name rps p50 p99 non2xx conns".
+# Runs one scenario: name, wrk script (under bench/, without .lua), connections, seconds. Prints "name rps p50 p99 non2xx conns".
 measure() {
   local name=$1 script=$2 conns=$3 seconds=$4 out perf_pid=""
   # New grains are new: every wrk invocation names its own (a name reused from an earlier run of
   # the same scenario would be a directory hit).
   export BENCH_RUN="$$-$name-$conns-$(date +%s%N)"
-  wrk -t"$THREADS" -c"$conns" -d2s --timeout 10s -s "bench/wrk/$script.lua" "$BASE" >/dev/null
+  wrk -t"$THREADS" -c"$conns" -d2s --timeout 10s -s "bench/$script.lua" "$BASE" >/dev/null
   export BENCH_RUN="$$-$name-$conns-$(date +%s%N)"
   if [ -n "${PROFILE_DIR:-}" ] && [ "$conns" = "$CONNECTIONS" ]; then
     perf record -F 499 -a -g -o "$OUT/$name.perf" -- sleep "$((seconds - 1))" 2>/dev/null &
     perf_pid=$!
   fi
-  out=$(wrk -t"$THREADS" -c"$conns" -d"${seconds}s" --timeout 10s --latency -s "bench/wrk/$script.lua" "$BASE")
+  out=$(wrk -t"$THREADS" -c"$conns" -d"${seconds}s" --timeout 10s --latency -s "bench/$script.lua" "$BASE")
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     bench/profile-summary.sh "$OUT/$name.perf" > "$PROFILE_DIR/$name.txt" 2>/dev/null || true
@@ -101,7 +102,7 @@ run() { say "$1"; measure "$1" "$2" "$CONNECTIONS" "$DURATION" | tee -a "$OUT/re
 analyze() { psql "$DB" -qc 'VACUUM (ANALYZE)' >/dev/null; }
 
 # 1. The fresh database: nothing has ever been analysed.
-run new-fresh new
+run new-fresh wrk/new
 
 # 2. pgbench's single-row insert into a directory-shaped table, also never analysed.
 psql "$DB" -qc "CREATE TABLE pgbench_directory (cluster text COLLATE \"C\", grain text COLLATE \"C\",
@@ -132,31 +133,32 @@ for start in range(0, grains, 1000):
 PY
 for scenario in floor heartbeats existing new racing; do
   analyze
-  run "$scenario" "$scenario"
+  run "$scenario" "wrk/$scenario"
 done
 
 # 4. Concurrency: the floor, known and new grains from 8 to 256 connections.
 for conns in $SWEEP; do
   for scenario in floor existing new; do
     say "sweep $scenario at $conns"
-    measure "$scenario" "$scenario" "$conns" "$SWEEP_DURATION" >> "$OUT/sweep.txt"
+    measure "$scenario" "wrk/$scenario" "$conns" "$SWEEP_DURATION" >> "$OUT/sweep.txt"
   done
 done
 
 # 5. A directory of BIG_ROWS more rows (by SQL: placing ten million grains over HTTP would take an
-# hour here), spread over the same silos: rows as a registration writes them.
+# hour here), spread over the same silos: rows as a registration writes them, named on from the
+# known grains (user/g20000, …), so that bench/scale/known.lua draws uniformly from all of them.
 if [ "$BIG_ROWS" -gt 0 ]; then
   say "filling the directory with $BIG_ROWS rows"
   chunk=1000000
   for ((start = 0; start < BIG_ROWS; start += chunk)); do
     psql "$DB" -qc "INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
-      SELECT '$BENCH_CLUSTER', 'big/g' || i, '10.0.0.' || (i % $BENCH_SILOS) || ':11111@1', 'random',
+      SELECT '$BENCH_CLUSTER', 'user/g' || ($BENCH_GRAINS + i), '10.0.0.' || (i % $BENCH_SILOS) || ':11111@1', 'random',
              nextval('activation_epochs'), 0
       FROM generate_series($start, LEAST($start + $chunk, $BIG_ROWS) - 1) AS i"
   done
   analyze
-  run existing-10M existing
-  run uniform-10M uniform
+  run existing-10M wrk/existing
+  SCALE_CLUSTER=$BENCH_CLUSTER SCALE_GRAINS=$((BENCH_GRAINS + BIG_ROWS)) run uniform-10M scale/known
 fi
 
 python3 bench/report.py "$OUT" | tee "$OUT/table.md"
