@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -165,6 +166,26 @@ pub struct Config {
     )]
     pub directory_cache_entries: usize,
 
+    /// The admin credential: issues and revokes cluster keys and may do anything. Unset (and no
+    /// `ORACLE_ADMIN_TOKEN_FILE`) means open mode: no credential is asked for, and the API may
+    /// only listen on a loopback address.
+    #[arg(
+        long,
+        env = "ORACLE_ADMIN_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    pub admin_token: Option<Secret>,
+
+    /// A file holding the admin credential (a mounted secret); surrounding white space is ignored.
+    #[arg(long, env = "ORACLE_ADMIN_TOKEN_FILE", global = true)]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// Serve in open mode on a non-loopback address anyway: anyone who reaches the port may do
+    /// anything. For a trusted network only; logged as a warning at start-up.
+    #[arg(long, env = "ORACLE_INSECURE_OPEN", global = true)]
+    pub insecure_open: bool,
+
     /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
     /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
@@ -238,6 +259,17 @@ impl Config {
                 }),
             "ORACLE_DNS_ZONE must be a DNS name such as oracle.example.com",
         );
+        check(
+            self.admin_token.is_none() || self.admin_token_file.is_none(),
+            "set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both",
+        );
+        if let Some(token) = &self.admin_token {
+            check(
+                token.is_strong(),
+                "ORACLE_ADMIN_TOKEN must be 24 to 512 printable characters without white space \
+                 (e.g. `openssl rand -hex 32`)",
+            );
+        }
         if let Some(url) = &self.database_url {
             check(
                 url.starts_with("postgres://") || url.starts_with("postgresql://"),
@@ -249,6 +281,50 @@ impl Config {
         } else {
             Err(problems)
         }
+    }
+
+    /// No admin credential is configured: every request is allowed (see [`Config::validate`]
+    /// for where that may listen).
+    pub fn open_mode(&self) -> bool {
+        self.admin_token.is_none() && self.admin_token_file.is_none()
+    }
+
+    /// Why serving on `ORACLE_LISTEN` is refused: open mode on an address that is not loopback,
+    /// unless `--insecure-open` says the network is trusted. (Only `serve` listens; `migrate`
+    /// and `openapi` are not refused.)
+    pub fn refuses_to_listen(&self) -> Option<String> {
+        (self.open_mode() && !self.listen.ip().is_loopback() && !self.insecure_open).then(|| {
+            format!(
+                "ORACLE_LISTEN is {}, which is not a loopback address, and no admin token is set: \
+                 anyone reaching the port could do anything. Set ORACLE_ADMIN_TOKEN (or \
+                 ORACLE_ADMIN_TOKEN_FILE) to require credentials, or pass --insecure-open \
+                 (ORACLE_INSECURE_OPEN=true) if the network itself is trusted",
+                self.listen
+            )
+        })
+    }
+
+    /// Reads the admin token from `ORACLE_ADMIN_TOKEN_FILE` when that is how it is given, so
+    /// that afterwards `admin_token` alone says it. Fails naming the file (never its content).
+    pub fn load_secrets(&mut self) -> Result<(), String> {
+        if let Some(path) = self.admin_token_file.take() {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                format!(
+                    "cannot read ORACLE_ADMIN_TOKEN_FILE {}: {e}",
+                    path.display()
+                )
+            })?;
+            let token = Secret(text.trim().to_owned());
+            if !token.is_strong() {
+                return Err(format!(
+                    "ORACLE_ADMIN_TOKEN_FILE {}: the token must be 24 to 512 printable characters \
+                     without white space (e.g. `openssl rand -hex 32`)",
+                    path.display()
+                ));
+            }
+            self.admin_token = Some(token);
+        }
+        Ok(())
     }
 
     /// This replica's name in cluster leases.
@@ -312,8 +388,44 @@ impl fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("dns_listen", &self.dns_listen)
             .field("dns_zone", &self.dns_zone)
+            .field("admin_token", &self.admin_token)
+            .field("admin_token_file", &self.admin_token_file)
+            .field("insecure_open", &self.insecure_open)
             .field("rng_seed", &self.rng_seed)
             .finish()
+    }
+}
+
+/// A credential: compared and hashed, never shown (`Debug` prints `***`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for comparing and hashing only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Long enough not to be guessed, and one token (no white space or control characters).
+    fn is_strong(&self) -> bool {
+        (24..=512).contains(&self.0.len()) && self.0.chars().all(|c| c.is_ascii_graphic())
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Self(value.trim().to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
     }
 }
 
@@ -344,6 +456,53 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("postgres://oracle:***@db:5432/oracle?sslmode=disable"));
+    }
+
+    #[test]
+    fn open_mode_refuses_a_public_address_unless_told_it_is_trusted() {
+        let mut config = Config::defaults();
+        config.admin_token = None;
+        config.listen = "0.0.0.0:8080".parse().unwrap();
+        let refusal = config.refuses_to_listen().unwrap();
+        assert!(refusal.contains("ORACLE_ADMIN_TOKEN") && refusal.contains("--insecure-open"));
+        config.insecure_open = true;
+        assert_eq!(config.refuses_to_listen(), None);
+        config.insecure_open = false;
+        config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
+        assert_eq!(config.refuses_to_listen(), None);
+        config.listen = "[::1]:8080".parse().unwrap();
+        config.admin_token = None;
+        assert_eq!(config.refuses_to_listen(), None);
+    }
+
+    #[test]
+    fn the_admin_token_never_shows_and_must_be_strong() {
+        let mut config = Config::defaults();
+        config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
+        assert!(!format!("{config:?}").contains("0123456789abcdef"));
+        config.admin_token = Some(Secret::new("short"));
+        assert!(config.validate().unwrap_err()[0].contains("ORACLE_ADMIN_TOKEN"));
+    }
+
+    #[test]
+    fn the_admin_token_can_come_from_a_file() {
+        let path = std::env::temp_dir().join(format!("oracle-token-{}", std::process::id()));
+        std::fs::write(&path, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let mut config = Config::defaults();
+        config.admin_token = None;
+        config.admin_token_file = Some(path.clone());
+        assert!(!config.open_mode());
+        config.load_secrets().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            config.admin_token.as_ref().map(Secret::expose),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+        config.admin_token_file = Some(path);
+        assert!(config
+            .load_secrets()
+            .unwrap_err()
+            .contains("ORACLE_ADMIN_TOKEN_FILE"));
     }
 
     #[test]

@@ -146,6 +146,13 @@ pub async fn serve(
     background.spawn("movers", movers);
 
     let address = listener.local_addr()?;
+    if config.open_mode() && !address.ip().is_loopback() {
+        tracing::warn!(%address, "OPEN MODE ON A NON-LOOPBACK ADDRESS (--insecure-open): no credential is asked for; anyone who reaches this port can change every cluster");
+    } else if config.open_mode() {
+        tracing::info!(
+            "open mode: no credential is asked for (set ORACLE_ADMIN_TOKEN to require keys)"
+        );
+    }
     tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
     let served = axum::serve(listener, app(state, limits))
         .with_graceful_shutdown(shutdown)

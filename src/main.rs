@@ -18,8 +18,11 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let config = cli.config;
+    let mut config = cli.config;
     telemetry::init_logging(config.log_format);
+    if let Err(problem) = config.load_secrets() {
+        anyhow::bail!("invalid configuration: {problem}");
+    }
     if let Err(problems) = config.validate() {
         for problem in &problems {
             tracing::error!("invalid configuration: {problem}");
@@ -39,6 +42,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
+    if let Some(refusal) = config.refuses_to_listen() {
+        tracing::error!("{refusal}");
+        anyhow::bail!("{refusal}");
+    }
     telemetry::metrics_handle();
     let store = open_store(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
