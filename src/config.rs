@@ -181,6 +181,16 @@ pub struct Config {
     #[arg(long, env = "ORACLE_ADMIN_TOKEN_FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
 
+    /// How long this replica trusts a cluster key it looked up (ms) before reading it again: a key
+    /// revoked through another replica stops working here this much later. 0 reads every time.
+    #[arg(
+        long,
+        env = "ORACLE_KEY_CACHE_TTL_MS",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub key_cache_ttl_ms: u64,
+
     /// Serve in open mode on a non-loopback address anyway: anyone who reaches the port may do
     /// anything. For a trusted network only; logged as a warning at start-up.
     #[arg(long, env = "ORACLE_INSECURE_OPEN", global = true)]
@@ -260,6 +270,10 @@ impl Config {
             "ORACLE_DNS_ZONE must be a DNS name such as oracle.example.com",
         );
         check(
+            self.key_cache_ttl_ms <= 600_000,
+            "ORACLE_KEY_CACHE_TTL_MS must be from 0 (read every time) to 600000 (ten minutes)",
+        );
+        check(
             self.admin_token.is_none() || self.admin_token_file.is_none(),
             "set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both",
         );
@@ -289,17 +303,17 @@ impl Config {
         self.admin_token.is_none() && self.admin_token_file.is_none()
     }
 
-    /// Why serving on `ORACLE_LISTEN` is refused: open mode on an address that is not loopback,
-    /// unless `--insecure-open` says the network is trusted. (Only `serve` listens; `migrate`
-    /// and `openapi` are not refused.)
-    pub fn refuses_to_listen(&self) -> Option<String> {
-        (self.open_mode() && !self.listen.ip().is_loopback() && !self.insecure_open).then(|| {
+    /// Why serving on `address` is refused: open mode on an address that is not loopback, unless
+    /// `--insecure-open` says the network is trusted. (Only `serve` listens; `migrate` and
+    /// `openapi` are never refused.)
+    pub fn refuses_to_listen(&self, address: SocketAddr) -> Option<String> {
+        (self.open_mode() && !address.ip().is_loopback() && !self.insecure_open).then(|| {
             format!(
                 "ORACLE_LISTEN is {}, which is not a loopback address, and no admin token is set: \
                  anyone reaching the port could do anything. Set ORACLE_ADMIN_TOKEN (or \
                  ORACLE_ADMIN_TOKEN_FILE) to require credentials, or pass --insecure-open \
                  (ORACLE_INSECURE_OPEN=true) if the network itself is trusted",
-                self.listen
+                address
             )
         })
     }
@@ -390,6 +404,7 @@ impl fmt::Debug for Config {
             .field("dns_zone", &self.dns_zone)
             .field("admin_token", &self.admin_token)
             .field("admin_token_file", &self.admin_token_file)
+            .field("key_cache_ttl_ms", &self.key_cache_ttl_ms)
             .field("insecure_open", &self.insecure_open)
             .field("rng_seed", &self.rng_seed)
             .finish()
@@ -463,16 +478,16 @@ mod tests {
         let mut config = Config::defaults();
         config.admin_token = None;
         config.listen = "0.0.0.0:8080".parse().unwrap();
-        let refusal = config.refuses_to_listen().unwrap();
+        let refusal = config.refuses_to_listen(config.listen).unwrap();
         assert!(refusal.contains("ORACLE_ADMIN_TOKEN") && refusal.contains("--insecure-open"));
         config.insecure_open = true;
-        assert_eq!(config.refuses_to_listen(), None);
+        assert_eq!(config.refuses_to_listen(config.listen), None);
         config.insecure_open = false;
         config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
-        assert_eq!(config.refuses_to_listen(), None);
+        assert_eq!(config.refuses_to_listen(config.listen), None);
         config.listen = "[::1]:8080".parse().unwrap();
         config.admin_token = None;
-        assert_eq!(config.refuses_to_listen(), None);
+        assert_eq!(config.refuses_to_listen(config.listen), None);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //!   started and stopped together.
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
 //!   sessions); [`drain`]: where a drained silo's grains go (pure).
+//! - [`auth`]: cluster keys, the admin token and what each may do (pure).
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -27,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod background;
 pub mod clock;
 pub mod cluster;
@@ -99,11 +101,19 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// The [`background`] tasks (the membership sweep; the DNS listener when configured) run alongside
 /// and stop with it, also when serving fails.
 pub async fn serve(
-    config: Config,
+    mut config: Config,
     store: Arc<dyn Store>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    config
+        .load_secrets()
+        .map_err(|problem| anyhow::anyhow!("{problem}"))?;
+    let address = listener.local_addr()?;
+    if let Some(refusal) = config.refuses_to_listen(address) {
+        tracing::error!("{refusal}");
+        anyhow::bail!("{refusal}");
+    }
     let replica = oracle::Replica {
         id: config.replica(),
         lease_ttl_ms: clock::Millis::try_from(config.lease_ttl_ms).unwrap_or(10_000),
@@ -113,11 +123,17 @@ pub async fn serve(
         ttl: std::time::Duration::from_millis(config.directory_cache_ttl_ms),
         capacity: config.directory_cache_entries,
     };
-    let oracle = Arc::new(
-        Oracle::new(store, config.rng_seed)
-            .with_replica(replica)
-            .with_directory_cache(cache),
-    );
+    let mut oracle = Oracle::new(store, config.rng_seed)
+        .with_replica(replica)
+        .with_directory_cache(cache);
+    if let Some(token) = &config.admin_token {
+        let ttl = std::time::Duration::from_millis(config.key_cache_ttl_ms);
+        oracle = oracle.with_credentials(oracle::Credentials::new(token.clone(), ttl));
+        tracing::info!(
+            "credentials required: the admin token or a cluster key on every cluster route"
+        );
+    }
+    let oracle = Arc::new(oracle);
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),
@@ -145,7 +161,6 @@ pub async fn serve(
     let movers = background::run_movers(oracle.clone(), background.stopping());
     background.spawn("movers", movers);
 
-    let address = listener.local_addr()?;
     if config.open_mode() && !address.ip().is_loopback() {
         tracing::warn!(%address, "OPEN MODE ON A NON-LOOPBACK ADDRESS (--insecure-open): no credential is asked for; anyone who reaches this port can change every cluster");
     } else if config.open_mode() {

@@ -42,10 +42,6 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
-    if let Some(refusal) = config.refuses_to_listen() {
-        tracing::error!("{refusal}");
-        anyhow::bail!("{refusal}");
-    }
     telemetry::metrics_handle();
     let store = open_store(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -77,6 +77,7 @@ pub mod metric {
     pub const REPARTITIONER_MOVES: &str = "oracle_repartitioner_moves_planned_total";
     pub const REPARTITIONER_TRACKED: &str = "oracle_repartitioner_tracked_edges";
     pub const REPARTITIONER_REMOTE: &str = "oracle_repartitioner_remote_fraction";
+    pub const AUTH_DENIED: &str = "oracle_auth_denied_total";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -113,6 +114,10 @@ pub mod metric {
             "Grain directory entries, all clusters, as of the last gauge refresh (every 10 s)"
         );
         describe_counter!(CONNECTIONS, "Connection answers by rule");
+        describe_counter!(
+            AUTH_DENIED,
+            "Requests refused for their credential, by reason (missing, invalid: 401; forbidden: 403)"
+        );
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_histogram!(
             DECISION_DURATION,
@@ -198,6 +203,11 @@ pub mod metric {
     pub fn webhook_call(outcome: &'static str, took: std::time::Duration) {
         counter!(WEBHOOK_CALLS, "outcome" => outcome).increment(1);
         metrics::histogram!(WEBHOOK_DURATION, "outcome" => outcome).record(took.as_secs_f64());
+    }
+
+    /// A request refused for its credential: `missing`, `invalid` (401) or `forbidden` (403).
+    pub fn auth_denied(reason: &'static str) {
+        counter!(AUTH_DENIED, "reason" => reason).increment(1);
     }
 
     /// One connection answer, by pool, rule and node (pools and their members are few and named

@@ -6,11 +6,12 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS;
-use crate::cluster::{ClusterName, GrainId, SiloId};
+use crate::cluster::{GrainId, SiloId};
 use crate::store::Activation;
 use crate::validation::{self, Invalid, MAX_SAFE_INTEGER};
 
@@ -84,6 +85,7 @@ pub struct ActivationPage {
     get,
     path = "/v1/clusters/{cluster}/activations/{*grain}",
     tag = "directory",
+    security(("bearer" = [])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
@@ -97,9 +99,9 @@ pub struct ActivationPage {
 )]
 pub async fn get_activation(
     State(state): State<AppState>,
-    ApiPath((cluster, grain)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, grain)): ApiPath<(String, String)>,
 ) -> Result<Json<ActivationResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let grain = GrainId::parse("grain", &grain)?;
     let activation = state.oracle.lookup(&cluster, &grain).await?;
     Ok(Json(activation.into()))
@@ -115,6 +117,7 @@ pub async fn get_activation(
     delete,
     path = "/v1/clusters/{cluster}/activations/{*grain}",
     tag = "directory",
+    security(("bearer" = ["silo"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("grain" = String, Path, description = "Grain id `type/key`", example = "user/alice"),
@@ -130,10 +133,10 @@ pub async fn get_activation(
 )]
 pub async fn delete_activation(
     State(state): State<AppState>,
-    ApiPath((cluster, grain)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, grain)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery<DeactivateQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let grain = GrainId::parse("grain", &grain)?;
     let silo = SiloId::parse("silo", &query.silo)?;
     if !(1..=MAX_SAFE_INTEGER as i64).contains(&query.epoch) {
@@ -160,6 +163,7 @@ pub async fn delete_activation(
     get,
     path = "/v1/clusters/{cluster}/activations",
     tag = "directory",
+    security(("bearer" = [])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ListQuery,
@@ -172,10 +176,9 @@ pub async fn delete_activation(
 )]
 pub async fn list_activations(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<ActivationPage>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &query.silo)?;
     let limit = validation::page_limit(query.limit)?;
     if let Some(cursor) = &query.cursor {

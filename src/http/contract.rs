@@ -40,6 +40,7 @@ pub fn publish(mut doc: Value) -> Value {
     apply_field_rules(&mut doc);
     apply_parameter_rules(&mut doc);
     title_union_variants(&mut doc);
+    declare_credentials(&mut doc);
     document_responses(&mut doc);
     link_operations(&mut doc);
     doc["info"]["license"] =
@@ -287,6 +288,14 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ),
     ("Members", "role", || label(128)),
     ("Members", "metadata", || metadata(16, 1, label(1_024))),
+    (
+        "NewKeyRequest",
+        "scopes",
+        || json!({"minItems": 1, "maxItems": 8}),
+    ),
+    ("NewKeyRequest", "label", || {
+        optional_label(super::keys::MAX_LABEL_CHARS)
+    }),
 ];
 
 /// A `u32` from `min`: beyond `int32`, so its format says `int64`.
@@ -714,6 +723,37 @@ fn document_responses(doc: &mut Value) {
     }
 }
 
+/// The `bearer` security scheme, and 401 and 403 answers on every operation that asks for it.
+/// Each operation's requirement names the role it needs (`silo`, `operator`, `admin`; none: any
+/// key of the cluster), which is what `super::auth` enforces.
+fn declare_credentials(doc: &mut Value) {
+    doc["components"]["securitySchemes"][super::auth::SCHEME] = json!({
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A cluster key (`pok_…`, issued by the admin with `POST /v1/clusters/{cluster}/keys`) \
+                        or the admin token. Each operation's requirement names the scope it needs: \
+                        `silo`, `operator` or `admin` (the admin token); none means any key of the \
+                        cluster. An oracle started without ORACLE_ADMIN_TOKEN (open mode, loopback \
+                        only) asks for nothing.",
+    });
+    let problem = |description: &str| {
+        json!({
+            "description": description,
+            "content": {super::error::PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        })
+    };
+    for operation in operations(doc) {
+        if operation.get("security").is_none() {
+            continue;
+        }
+        let responses = &mut operation["responses"];
+        responses["401"] = problem("No credential, or not a valid one");
+        responses["403"] = problem(
+            "The credential does not allow this: another cluster's key, or a key without the scope",
+        );
+    }
+}
+
 /// How one answer leads to the next call. Swagger UI shows links; generators and fuzzers follow them.
 struct Link {
     from: &'static str,
@@ -1083,6 +1123,7 @@ mod tests {
             crate::connect::Pool::name(),
             super::super::rebalancer::SuspendRequest::name(),
             super::super::repartitioner::EdgeBatch::name(),
+            super::super::keys::NewKeyRequest::name(),
         ];
         for name in names {
             assert!(body_validators().contains_key(name.as_ref()), "{name}");
@@ -1094,7 +1135,7 @@ mod tests {
             .flat_map(|item| item.as_object().unwrap().values())
             .filter(|operation| operation.get("requestBody").is_some())
             .count();
-        assert_eq!(bodies, 7, "a new request body: add its type above");
+        assert_eq!(bodies, 8, "a new request body: add its type above");
     }
 
     #[test]

@@ -7,11 +7,12 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::silos::SiloResponse;
 use super::AppState;
-use crate::cluster::{ClusterName, SiloId};
+use crate::cluster::SiloId;
 
 /// What a drain request did.
 #[derive(Debug, Serialize, ToSchema)]
@@ -68,6 +69,7 @@ pub struct StuckActivations {
     post,
     path = "/v1/clusters/{cluster}/silos/{silo}/drain",
     tag = "membership",
+    security(("bearer" = ["operator"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("silo" = String, Path, description = "Silo id (percent-encoded)", example = "10.0.0.5:11111@139000"),
@@ -82,9 +84,9 @@ pub struct StuckActivations {
 )]
 pub async fn drain_silo(
     State(state): State<AppState>,
-    ApiPath((cluster, silo)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<DrainResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &silo)?;
     let drained = state.oracle.drain(&cluster, &silo).await?;
     let mut by_target: BTreeMap<String, u64> = BTreeMap::new();

@@ -121,6 +121,26 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// 401: no credential, or not a valid one. (The response also carries `WWW-Authenticate`.)
+    pub fn unauthenticated(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "A valid credential is required",
+            detail,
+        )
+    }
+
+    /// 403: a valid credential that does not allow this.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "The credential does not allow this",
+            detail,
+        )
+    }
+
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -251,6 +271,12 @@ impl From<StoreError> for ApiError {
                         "No more clusters can be created",
                         detail,
                     ),
+                    LimitReached::Keys { .. } => Self::new(
+                        StatusCode::CONFLICT,
+                        "key-limit-reached",
+                        "The cluster has as many keys as it may",
+                        detail,
+                    ),
                     LimitReached::Silos { retry_after_ms, .. } => Self::new(
                         StatusCode::TOO_MANY_REQUESTS,
                         "silo-limit-reached",
@@ -375,6 +401,12 @@ impl IntoResponse for ApiError {
         if let Some(seconds) = self.retry_after_seconds {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"placement-oracle\""),
+            );
+        }
         response
     }
 }
@@ -411,6 +443,16 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
             "healthz" | "readyz" | "metrics" => ApiError::from_status(StatusCode::NOT_FOUND),
             _ => OracleError::ClusterNotFound("demo".into()).into(),
         },
+        "401" => ApiError::unauthenticated(
+            "send `Authorization: Bearer <key>` with a cluster key or the admin token",
+        ),
+        "403" => ApiError::forbidden(
+            if operation_id.ends_with("_key") || operation_id == "list_keys" {
+                "this needs the admin token; cluster keys cannot do it"
+            } else {
+                "this key belongs to another cluster, not `demo`"
+            },
+        ),
         "405" => ApiError::from_status(StatusCode::METHOD_NOT_ALLOWED),
         "409" => match operation_id {
             "post_heartbeat" => OracleError::HeartbeatRejected(HeartbeatRejection::DeclaredDead {

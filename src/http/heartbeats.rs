@@ -7,12 +7,13 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::ApiJson;
 use super::silos::SiloResponse;
 use super::AppState;
 use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
-use crate::cluster::{ClusterName, Heartbeat, LoadReport, SiloId, SiloStatus};
+use crate::cluster::{Heartbeat, LoadReport, SiloId, SiloStatus};
 use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
 
 pub(crate) const MAX_METADATA_ENTRIES: usize = 64;
@@ -198,6 +199,7 @@ impl HeartbeatRequest {
     post,
     path = "/v1/clusters/{cluster}/heartbeats",
     tag = "membership",
+    security(("bearer" = ["silo"])),
     params(("cluster" = String, Path, description = "Cluster name: [a-z0-9][a-z0-9-]{0,62}")),
     request_body = HeartbeatRequest,
     responses(
@@ -213,10 +215,9 @@ impl HeartbeatRequest {
 )]
 pub async fn post_heartbeat(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<SiloResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let heartbeat = request.validate()?;
     let snapshot = state.oracle.heartbeat(&cluster, heartbeat).await?;
     Ok(Json(SiloResponse::from(&snapshot)))

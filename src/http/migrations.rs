@@ -12,10 +12,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
-use crate::cluster::{ClusterName, SiloId};
+use crate::cluster::SiloId;
 use crate::store::Migration;
 use crate::validation::{self, Invalid};
 
@@ -63,6 +64,7 @@ pub struct MigrationFailed {
     get,
     path = "/v1/clusters/{cluster}/migrations",
     tag = "migrations",
+    security(("bearer" = [])),
     params(("cluster" = String, Path, description = "Cluster name"), MigrationQuery),
     responses(
         (status = 200, description = "A page of open migrations", body = MigrationPage),
@@ -73,10 +75,9 @@ pub struct MigrationFailed {
 )]
 pub async fn list_migrations(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<MigrationQuery>,
 ) -> Result<Json<MigrationPage>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &query.silo)?;
     let limit = validation::page_limit(query.limit)?;
     if query.cursor.is_some_and(|c| c < 0) {
@@ -102,6 +103,7 @@ pub async fn list_migrations(
     post,
     path = "/v1/clusters/{cluster}/migrations/{id}/complete",
     tag = "migrations",
+    security(("bearer" = ["silo"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("id" = i64, Path, description = "Migration id"),
@@ -116,9 +118,10 @@ pub async fn list_migrations(
 )]
 pub async fn complete_migration(
     State(state): State<AppState>,
-    ApiPath((cluster, id)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<Json<MigrationCompleted>, ApiError> {
-    let (cluster, id) = names(&cluster, &id)?;
+    let id = migration_id(&id)?;
     let moved = state.oracle.complete_migration(&cluster, id).await?;
     Ok(Json(MigrationCompleted {
         migration: moved.migration,
@@ -133,6 +136,7 @@ pub async fn complete_migration(
     post,
     path = "/v1/clusters/{cluster}/migrations/{id}/fail",
     tag = "migrations",
+    security(("bearer" = ["silo"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("id" = i64, Path, description = "Migration id"),
@@ -146,20 +150,20 @@ pub async fn complete_migration(
 )]
 pub async fn fail_migration(
     State(state): State<AppState>,
-    ApiPath((cluster, id)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<Json<MigrationFailed>, ApiError> {
-    let (cluster, id) = names(&cluster, &id)?;
+    let id = migration_id(&id)?;
     let migration = state.oracle.fail_migration(&cluster, id).await?;
     Ok(Json(MigrationFailed { migration }))
 }
 
-/// The cluster and the migration id of a path.
-fn names(cluster: &str, id: &str) -> Result<(ClusterName, i64), ApiError> {
-    let cluster = ClusterName::parse(cluster)?;
+/// The migration id of a path.
+fn migration_id(id: &str) -> Result<i64, ApiError> {
     let id = id
         .parse::<i64>()
         .ok()
         .filter(|id| *id >= 1)
         .ok_or_else(|| Invalid::one("id", "must be a migration id: a whole number from 1"))?;
-    Ok((cluster, id))
+    Ok(id)
 }

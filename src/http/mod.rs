@@ -3,6 +3,7 @@
 //! Routes and the OpenAPI document come from the same declarations (`#[utoipa::path]` handlers
 //! registered with `routes!`), so the spec cannot drift from the router.
 
+pub mod auth;
 mod contract;
 pub mod error;
 pub mod extract;
@@ -11,6 +12,7 @@ mod middleware;
 mod activations;
 mod drains;
 mod heartbeats;
+mod keys;
 mod migrations;
 mod ops;
 mod placements;
@@ -69,6 +71,7 @@ pub struct Limits {
         (name = "repartitioner", description = "Bringing grains that call each other onto one silo: edge reports, rounds"),
         (name = "policy", description = "How grains are placed: strategies, options and filters per grain type"),
         (name = "connections", description = "Which node a client should connect to: SmartConnect-style pools and rules"),
+        (name = "credentials", description = "Cluster keys: the admin issues, lists and revokes them"),
         (name = "operations", description = "Health, readiness and metrics")
     )
 )]
@@ -88,7 +91,8 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    tracing::info_span!("request", method = %request.method(), route, request_id)
+    // `caller` is filled in by the `Cluster` extractor: `admin`, `key:<id>` or `open`, never a secret.
+    tracing::info_span!("request", method = %request.method(), route, request_id, caller = tracing::field::Empty)
 }
 
 fn api_router() -> OpenApiRouter<AppState> {
@@ -118,6 +122,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(repartitioner::post_edges))
         .routes(routes!(repartitioner::get_repartitioner))
         .routes(routes!(repartitioner::post_round))
+        .routes(routes!(keys::issue_key, keys::list_keys))
+        .routes(routes!(keys::revoke_key))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -7,10 +7,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::ApiJson;
 use super::AppState;
-use crate::cluster::{ClusterName, GrainId, SiloId};
+use crate::cluster::{GrainId, SiloId};
 use crate::oracle::{Outcome, PlaceRequest, Placement};
 use crate::placement::{Explanation, Strategy};
 use crate::validation::{Invalid, Violations};
@@ -164,6 +165,7 @@ pub struct PlacementBatchResponse {
     post,
     path = "/v1/clusters/{cluster}/placements",
     tag = "directory",
+    security(("bearer" = ["silo"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     request_body = PlacementRequest,
     responses(
@@ -179,10 +181,9 @@ pub struct PlacementBatchResponse {
 )]
 pub async fn post_placement(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<PlacementRequest>,
 ) -> Result<Json<PlacementResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let request = request.validate("")?;
     let placement = state.oracle.place(&cluster, request).await?;
     Ok(Json(placement.into()))
@@ -196,6 +197,7 @@ pub async fn post_placement(
     post,
     path = "/v1/clusters/{cluster}/placements/batch",
     tag = "directory",
+    security(("bearer" = ["silo"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     request_body = PlacementBatchRequest,
     responses(
@@ -210,10 +212,9 @@ pub async fn post_placement(
 )]
 pub async fn post_placement_batch(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<PlacementBatchRequest>,
 ) -> Result<Json<PlacementBatchResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let (requests, listings) = validate_batch(batch)?;
     let results = state.oracle.place_many(&cluster, &requests).await?;
     let items: Vec<PlacementBatchItem> = requests

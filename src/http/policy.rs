@@ -7,10 +7,10 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::ApiJson;
 use super::AppState;
-use crate::cluster::ClusterName;
 use crate::policy::Policy;
 use crate::validation::FieldError;
 
@@ -72,6 +72,7 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     get,
     path = "/v1/clusters/{cluster}/policy",
     tag = "policy",
+    security(("bearer" = [])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The policy", body = PolicyResponse, headers(("ETag" = String, description = "The policy's version, quoted"))),
@@ -82,9 +83,8 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
 )]
 pub async fn get_policy(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Response, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let (policy, version) = state.oracle.policy(&cluster).await?;
     Ok(respond(version, policy))
 }
@@ -99,6 +99,7 @@ pub async fn get_policy(
     put,
     path = "/v1/clusters/{cluster}/policy",
     tag = "policy",
+    security(("bearer" = ["operator"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("If-Match" = String, Header, description = "The `ETag` header of the `GET …/policy` (or of the last `PUT`) this change is based on, e.g. `\"3\"`; or `*` to replace whatever is there", example = "*"),
@@ -118,11 +119,10 @@ pub async fn get_policy(
 )]
 pub async fn put_policy(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     headers: HeaderMap,
     ApiJson(policy): ApiJson<Policy>,
 ) -> Result<Response, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let expected = expected_version(&headers)?;
     policy.validate()?;
     let version = state.oracle.put_policy(&cluster, &policy, expected).await?;

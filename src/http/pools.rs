@@ -6,10 +6,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::AppState;
-use crate::cluster::{ClusterName, PoolName};
+use crate::cluster::PoolName;
 use crate::connect::{ConnectRule, Pool};
 use crate::oracle::ConnectionExplanation;
 
@@ -52,10 +53,6 @@ pub struct ConnectQuery {
     pub explain: bool,
 }
 
-fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError> {
-    Ok((ClusterName::parse(cluster)?, PoolName::parse(pool)?))
-}
-
 /// Create or replace a connection pool.
 ///
 /// Members by silo list, role or metadata (or every silo); the rule; the answer's TTL. Creates the
@@ -64,6 +61,7 @@ fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError>
     put,
     path = "/v1/clusters/{cluster}/pools/{pool}",
     tag = "connections",
+    security(("bearer" = ["operator"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name: [a-z0-9][a-z0-9-]{0,62}", example = "frontend"),
@@ -81,10 +79,11 @@ fn names(cluster: &str, pool: &str) -> Result<(ClusterName, PoolName), ApiError>
 )]
 pub async fn put_pool(
     State(state): State<AppState>,
-    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
     ApiJson(pool): ApiJson<Pool>,
 ) -> Result<Json<Pool>, ApiError> {
-    let (cluster, name) = names(&cluster, &pool_name)?;
+    let name = PoolName::parse(&pool_name)?;
     pool.validate()?;
     state.oracle.put_pool(&cluster, &name, &pool).await?;
     Ok(Json(pool))
@@ -95,6 +94,7 @@ pub async fn put_pool(
     get,
     path = "/v1/clusters/{cluster}/pools/{pool}",
     tag = "connections",
+    security(("bearer" = [])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name", example = "frontend"),
@@ -108,9 +108,10 @@ pub async fn put_pool(
 )]
 pub async fn get_pool(
     State(state): State<AppState>,
-    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
 ) -> Result<Json<Pool>, ApiError> {
-    let (cluster, name) = names(&cluster, &pool_name)?;
+    let name = PoolName::parse(&pool_name)?;
     Ok(Json(state.oracle.pool(&cluster, &name).await?))
 }
 
@@ -124,6 +125,7 @@ pub async fn get_pool(
     post,
     path = "/v1/clusters/{cluster}/pools/{pool}/connections",
     tag = "connections",
+    security(("bearer" = ["silo"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("pool" = String, Path, description = "Pool name", example = "frontend"),
@@ -138,10 +140,11 @@ pub async fn get_pool(
 )]
 pub async fn post_connection(
     State(state): State<AppState>,
-    ApiPath((cluster, pool_name)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery<ConnectQuery>,
 ) -> Result<Json<ConnectionResponse>, ApiError> {
-    let (cluster, name) = names(&cluster, &pool_name)?;
+    let name = PoolName::parse(&pool_name)?;
     let connection = state
         .oracle
         .connect(&cluster, &name, query.explain, None)

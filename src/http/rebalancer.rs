@@ -12,11 +12,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::ApiJson;
 use super::AppState;
 use crate::clock::Millis;
-use crate::cluster::ClusterName;
 use crate::oracle::{RebalancerCycle, RebalancerStatus};
 use crate::rebalancer::{CycleOutcome, CycleReport, Move, SiloTally};
 use crate::store::{Lease, Migration};
@@ -136,6 +136,7 @@ pub struct SuspendRequest {
     get,
     path = "/v1/clusters/{cluster}/rebalancer",
     tag = "rebalancer",
+    security(("bearer" = [])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
@@ -146,9 +147,8 @@ pub struct SuspendRequest {
 )]
 pub async fn get_rebalancer(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(state.oracle.rebalancer_status(&cluster).await?.into()))
 }
 
@@ -161,6 +161,7 @@ pub async fn get_rebalancer(
     post,
     path = "/v1/clusters/{cluster}/rebalancer/cycles",
     tag = "rebalancer",
+    security(("bearer" = ["operator"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The cycle's report and migrations", body = CycleResponse),
@@ -172,9 +173,8 @@ pub async fn get_rebalancer(
 )]
 pub async fn post_cycle(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<CycleResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(
         state.oracle.run_rebalancer_cycle(&cluster).await?.into(),
     ))
@@ -187,6 +187,7 @@ pub async fn post_cycle(
     post,
     path = "/v1/clusters/{cluster}/rebalancer/sessions",
     tag = "rebalancer",
+    security(("bearer" = ["operator"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
@@ -198,9 +199,8 @@ pub async fn post_cycle(
 )]
 pub async fn post_session(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(
         state
             .oracle
@@ -218,6 +218,7 @@ pub async fn post_session(
     post,
     path = "/v1/clusters/{cluster}/rebalancer/suspend",
     tag = "rebalancer",
+    security(("bearer" = ["operator"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     request_body = SuspendRequest,
     responses(
@@ -233,10 +234,9 @@ pub async fn post_session(
 )]
 pub async fn post_suspend(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<SuspendRequest>,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let duration = request
         .duration_ms
         .map(|ms| Millis::try_from(ms).unwrap_or(Millis::MAX - 1));
@@ -256,6 +256,7 @@ pub async fn post_suspend(
     post,
     path = "/v1/clusters/{cluster}/rebalancer/resume",
     tag = "rebalancer",
+    security(("bearer" = ["operator"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
@@ -267,9 +268,8 @@ pub async fn post_suspend(
 )]
 pub async fn post_resume(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(
         state
             .oracle

@@ -10,11 +10,12 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::ApiJson;
 use super::AppState;
 use crate::clock::Millis;
-use crate::cluster::{ClusterName, GrainId};
+use crate::cluster::GrainId;
 use crate::oracle::{RepartitionerRound, RepartitionerStatus};
 use crate::repartitioner::{Planner, RoundSummary};
 use crate::store::{EdgeReport, Lease, Migration};
@@ -175,6 +176,7 @@ impl From<RepartitionerRound> for RoundResponse {
     post,
     path = "/v1/clusters/{cluster}/edges",
     tag = "repartitioner",
+    security(("bearer" = ["silo"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     request_body = EdgeBatch,
     responses(
@@ -189,10 +191,9 @@ impl From<RepartitionerRound> for RoundResponse {
 )]
 pub async fn post_edges(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<EdgeBatch>,
 ) -> Result<(StatusCode, Json<EdgesAccepted>), ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let mut v = Violations::default();
     if batch.edges.is_empty() || batch.edges.len() > MAX_EDGES {
         v.add(
@@ -242,6 +243,7 @@ pub async fn post_edges(
     get,
     path = "/v1/clusters/{cluster}/repartitioner",
     tag = "repartitioner",
+    security(("bearer" = [])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The repartitioner", body = RepartitionerResponse),
@@ -252,9 +254,8 @@ pub async fn post_edges(
 )]
 pub async fn get_repartitioner(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<RepartitionerResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(
         state.oracle.repartitioner_status(&cluster).await?.into(),
     ))
@@ -271,6 +272,7 @@ pub async fn get_repartitioner(
     post,
     path = "/v1/clusters/{cluster}/repartitioner/rounds",
     tag = "repartitioner",
+    security(("bearer" = ["operator"])),
     params(("cluster" = String, Path, description = "Cluster name")),
     responses(
         (status = 200, description = "The round's moves and migrations", body = RoundResponse),
@@ -282,9 +284,8 @@ pub async fn get_repartitioner(
 )]
 pub async fn post_round(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
 ) -> Result<Json<RoundResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     Ok(Json(
         state.oracle.run_repartitioner_round(&cluster).await?.into(),
     ))

@@ -8,10 +8,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
-use crate::cluster::{ClusterName, LoadReport, SiloId, SiloStatus};
+use crate::cluster::{LoadReport, SiloId, SiloStatus};
 use crate::oracle::SiloSnapshot;
 use crate::validation;
 
@@ -152,6 +153,7 @@ pub struct SiloLeftResponse {
     get,
     path = "/v1/clusters/{cluster}/silos",
     tag = "membership",
+    security(("bearer" = [])),
     params(("cluster" = String, Path, description = "Cluster name"), SiloListQuery),
     responses(
         (status = 200, description = "A page of the cluster's silos", body = SiloListResponse),
@@ -162,10 +164,9 @@ pub struct SiloLeftResponse {
 )]
 pub async fn list_silos(
     State(state): State<AppState>,
-    ApiPath(cluster): ApiPath<String>,
+    Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<SiloListQuery>,
 ) -> Result<Json<SiloListResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let limit = validation::page_limit(query.limit)?;
     let cursor = query
         .cursor
@@ -185,6 +186,7 @@ pub async fn list_silos(
     get,
     path = "/v1/clusters/{cluster}/silos/{silo}",
     tag = "membership",
+    security(("bearer" = [])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("silo" = String, Path, description = "Silo id (percent-encoded)", example = "10.0.0.5:11111@139000"),
@@ -198,9 +200,9 @@ pub async fn list_silos(
 )]
 pub async fn get_silo(
     State(state): State<AppState>,
-    ApiPath((cluster, silo)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<SiloResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &silo)?;
     let snapshot = state.oracle.silo(&cluster, &silo).await?;
     Ok(Json(SiloResponse::from(&snapshot)))
@@ -217,6 +219,7 @@ pub async fn get_silo(
     delete,
     path = "/v1/clusters/{cluster}/silos/{silo}",
     tag = "membership",
+    security(("bearer" = ["operator"])),
     params(
         ("cluster" = String, Path, description = "Cluster name"),
         ("silo" = String, Path, description = "Silo id (percent-encoded)", example = "10.0.0.5:11111@139000"),
@@ -230,9 +233,9 @@ pub async fn get_silo(
 )]
 pub async fn delete_silo(
     State(state): State<AppState>,
-    ApiPath((cluster, silo)): ApiPath<(String, String)>,
+    Cluster(cluster): Cluster,
+    ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<SiloLeftResponse>, ApiError> {
-    let cluster = ClusterName::parse(&cluster)?;
     let silo = SiloId::parse("silo", &silo)?;
     let departure = state.oracle.leave(&cluster, &silo).await?;
     Ok(Json(SiloLeftResponse {

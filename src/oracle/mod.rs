@@ -4,6 +4,7 @@
 
 mod batcher;
 mod connections;
+mod credentials;
 mod directory;
 mod directory_cache;
 mod draining;
@@ -15,6 +16,8 @@ mod rebalancing;
 mod repartitioning;
 mod sweeper;
 mod webhook;
+
+pub use credentials::{Credentials, IssuedKey, Unidentified};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,6 +142,8 @@ pub struct Oracle {
     repartitioner_states: Mutex<HashMap<ClusterName, (i64, crate::repartitioner::Repartitioner)>>,
     /// One mover of a cluster at a time on this replica (see `mover_gate`).
     mover_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
+    /// The admin token and cluster keys ([`credentials`]); none in open mode.
+    credentials: Credentials,
 }
 
 /// A [`Batcher`] in front of one batched store operation, with the oracle's batch limits.
@@ -204,6 +209,7 @@ impl Oracle {
             lease_tokens: Mutex::default(),
             repartitioner_states: Mutex::default(),
             mover_gates: Mutex::default(),
+            credentials: Credentials::default(),
         }
     }
 
@@ -226,6 +232,11 @@ impl Oracle {
 
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
+    }
+
+    /// The store, shared: another oracle on it acts as another replica.
+    pub fn store_handle(&self) -> Arc<dyn Store> {
+        self.store.clone()
     }
 
     /// Takes back tallied decisions that did not become placements (one per silo id listed): the

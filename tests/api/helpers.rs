@@ -10,7 +10,8 @@ use axum::Router;
 use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
-use placement_oracle::oracle::{Oracle, Replica};
+use placement_oracle::config::Secret;
+use placement_oracle::oracle::{Credentials, Oracle, Replica};
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -20,6 +21,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};
 use tower::ServiceExt;
 
+/// The admin token of [`TestApp::secured`] apps.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 /// The silo TTL every test app uses.
 pub const TTL_MS: i64 = 10_000;
 /// How long a test replica's cluster lease lasts.
@@ -349,7 +352,71 @@ impl TestApp {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
         };
-        Self::build(store, database, cluster, seed, limits, clock)
+        Self::build(store, database, cluster, seed, limits, clock, None)
+    }
+
+    /// An app that asks every cluster route for a credential: [`ADMIN_TOKEN`] or a key it issued,
+    /// trusting a key it looked up for `key_ttl`.
+    pub async fn secured(backend: Backend, key_ttl: Duration) -> Self {
+        let plain = Self::new(backend).await;
+        plain.with_credentials(key_ttl)
+    }
+
+    /// The same store, cluster and clock, served by an oracle that asks for credentials.
+    pub fn with_credentials(&self, key_ttl: Duration) -> Self {
+        let limits = Limits {
+            request_timeout: Duration::from_secs(30),
+            body_limit_bytes: 1 << 20,
+        };
+        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), key_ttl);
+        Self::build(
+            self.oracle.store_handle(),
+            self._database.clone(),
+            self.cluster.clone(),
+            7,
+            limits,
+            self.clock.clone(),
+            Some(credentials),
+        )
+    }
+
+    /// Sends a request with `Authorization: Bearer <credential>` when one is given.
+    pub async fn send_as(
+        &self,
+        credential: Option<&str>,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(credential) = credential {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {credential}"));
+        }
+        let body = match body {
+            Some(value) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                Body::from(value.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send_request(request.body(body).unwrap()).await
+    }
+
+    /// Issues a key of `cluster` with `scopes` as the admin; returns (id, key).
+    pub async fn issue_key(&self, cluster: &str, scopes: &[&str]) -> (String, String) {
+        let reply = self
+            .send_as(
+                Some(ADMIN_TOKEN),
+                Method::POST,
+                &format!("/v1/clusters/{cluster}/keys"),
+                Some(json!({"scopes": scopes, "label": "test"})),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+        (
+            reply.body["id"].as_str().unwrap().to_owned(),
+            reply.body["key"].as_str().unwrap().to_owned(),
+        )
     }
 
     /// An embedded-store app that answers every request within `timeout`.
@@ -366,6 +433,7 @@ impl TestApp {
             1,
             limits,
             clock,
+            None,
         )
     }
 
@@ -376,6 +444,7 @@ impl TestApp {
         seed: u64,
         limits: Limits,
         clock: ManualClock,
+        credentials: Option<Credentials>,
     ) -> Self {
         // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
         // of two seconds of the test's clock.
@@ -383,7 +452,11 @@ impl TestApp {
             id: format!("replica-{seed}"),
             lease_ttl_ms: LEASE_TTL_MS,
         };
-        let oracle = Arc::new(Oracle::new(store, Some(seed)).with_replica(replica));
+        let mut oracle = Oracle::new(store, Some(seed)).with_replica(replica);
+        if let Some(credentials) = credentials {
+            oracle = oracle.with_credentials(credentials);
+        }
+        let oracle = Arc::new(oracle);
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),

@@ -18,6 +18,7 @@ macro_rules! for_both_stores {
     };
 }
 
+mod auth;
 mod dns;
 mod drains;
 mod faults;

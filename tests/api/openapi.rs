@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{Backend, TestApp};
+use crate::helpers::{Backend, TestApp, ADMIN_TOKEN};
 
 const COMMITTED: &str = "openapi/openapi.json";
 
@@ -72,9 +72,12 @@ async fn the_spec_and_swagger_ui_are_served() {
 async fn the_specs_examples_work_when_tried_in_order() {
     use axum::http::Method;
 
-    let app = TestApp::new(Backend::Memory).await;
+    // As an operator would try it: with the admin token in Swagger UI's Authorize dialog.
+    let app = TestApp::secured(Backend::Memory, std::time::Duration::from_secs(60)).await;
     let spec = placement_oracle::http::openapi();
-    let steps: [(Method, &str); 25] = [
+    let steps: [(Method, &str); 27] = [
+        (Method::POST, "/v1/clusters/{cluster}/keys"),
+        (Method::GET, "/v1/clusters/{cluster}/keys"),
         (Method::POST, "/v1/clusters/{cluster}/heartbeats"),
         (Method::GET, "/v1/clusters/{cluster}/silos"),
         (Method::GET, "/v1/clusters/{cluster}/silos/{silo}"),
@@ -112,15 +115,18 @@ async fn the_specs_examples_work_when_tried_in_order() {
         .sum();
     assert_eq!(
         tried,
-        steps.len() + 4,
-        "every operation is tried but /readyz, /metrics, and completing or failing a migration \
-         (which needs one that a rebalancer or a drain issued)"
+        steps.len() + 5,
+        "every operation is tried but /readyz, /metrics, completing or failing a migration \
+         (which needs one that a rebalancer or a drain issued) and revoking a key (which needs \
+         the id of one just issued)"
     );
     for (method, template) in steps {
         let operation = &spec["paths"][template][method.as_str().to_lowercase()];
         let mut path = template.to_owned();
         let mut query = Vec::new();
-        let mut request = axum::http::Request::builder().method(method.clone());
+        let mut request = axum::http::Request::builder()
+            .method(method.clone())
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"));
         for parameter in operation["parameters"].as_array().into_iter().flatten() {
             let name = parameter["name"].as_str().unwrap();
             let example = &parameter["example"];

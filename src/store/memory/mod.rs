@@ -4,6 +4,7 @@
 //! call atomic) but nothing survives a restart and replicas cannot share it.
 
 mod edges;
+mod keys;
 mod leases;
 mod migrations;
 
@@ -138,6 +139,9 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     clusters: Mutex<HashMap<ClusterName, ClusterState>>,
     last_epoch: Mutex<i64>,
+    /// Cluster keys by id ([`keys`]): apart from the clusters, as a key may name a cluster
+    /// that does not exist yet.
+    keys: Mutex<BTreeMap<String, crate::store::StoredKey>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -156,6 +160,7 @@ impl MemoryStore {
             clock,
             clusters: Mutex::default(),
             last_epoch: Mutex::new(0),
+            keys: Mutex::default(),
         }
     }
 

@@ -14,6 +14,7 @@
 //! the replica's last outage is subtracted from every silence it judges.
 
 mod edges;
+mod keys;
 mod leases;
 mod migrations;
 

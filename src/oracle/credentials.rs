@@ -1,0 +1,181 @@
+//! Credentials: issuing, listing and revoking cluster keys, and telling who a request comes from.
+//!
+//! A replica keeps the keys it has looked up for a short while (`ORACLE_KEY_CACHE_TTL_MS`), so
+//! checking a key costs a request a map lookup and one HMAC, not a database round trip. A key
+//! revoked through this replica stops working at once; through another replica, within that TTL.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Oracle, OracleError};
+use crate::auth::{self, Caller, Denial, KeyHasher, Scope};
+use crate::cluster::ClusterName;
+use crate::config::Secret;
+use crate::store::StoredKey;
+use crate::telemetry::metric;
+
+/// Most keys a replica keeps looked up; past it the cache starts again empty (keys are few, so
+/// only a flood of distinct valid ids could get there).
+const CACHED_KEYS: usize = 100_000;
+
+/// The admin token, the key hasher, and the keys this replica looked up lately.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    admin: Option<(Secret, KeyHasher)>,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, (Instant, StoredKey)>>,
+}
+
+impl Credentials {
+    /// Credentials checked against `admin_token`; keys looked up stay trusted for `ttl`.
+    pub fn new(admin_token: Secret, ttl: Duration) -> Self {
+        let hasher = KeyHasher::new(&admin_token);
+        Self {
+            admin: Some((admin_token, hasher)),
+            ttl,
+            cache: Mutex::default(),
+        }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, StoredKey)>> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn cached(&self, id: &str) -> Option<StoredKey> {
+        let cache = self.cache();
+        let (at, key) = cache.get(id)?;
+        (at.elapsed() < self.ttl).then(|| key.clone())
+    }
+
+    fn remember(&self, key: &StoredKey) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut cache = self.cache();
+        if cache.len() >= CACHED_KEYS {
+            cache.clear();
+        }
+        cache.insert(key.id.clone(), (Instant::now(), key.clone()));
+    }
+}
+
+/// A key just issued: its record and the key itself, shown this once.
+#[derive(Debug)]
+pub struct IssuedKey {
+    pub record: StoredKey,
+    pub key: Secret,
+}
+
+/// Why a request's caller could not be established.
+#[derive(Debug)]
+pub enum Unidentified {
+    Denied(Denial),
+    /// The key could not be looked up (the store failed).
+    Failed(OracleError),
+}
+
+impl Oracle {
+    /// The same oracle, asking every request for a credential (the admin token or a cluster key).
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = credentials;
+        self
+    }
+
+    /// No admin token is configured: every request may do everything.
+    pub fn open_mode(&self) -> bool {
+        self.credentials.admin.is_none()
+    }
+
+    /// Who presents `bearer` (the `Authorization: Bearer …` value, if any).
+    pub async fn identify(&self, bearer: Option<&str>) -> Result<Caller, Unidentified> {
+        let Some((admin, hasher)) = &self.credentials.admin else {
+            return Ok(Caller::Open);
+        };
+        let Some(presented) = bearer else {
+            metric::auth_denied("missing");
+            return Err(Unidentified::Denied(Denial::Unauthenticated(
+                "send `Authorization: Bearer <key>` with a cluster key or the admin token",
+            )));
+        };
+        if auth::is_admin_token(admin, presented) {
+            return Ok(Caller::Admin);
+        }
+        let invalid = || {
+            metric::auth_denied("invalid");
+            Unidentified::Denied(Denial::Unauthenticated(
+                "the credential is not a valid key (revoked, mistyped or never issued) nor the admin token",
+            ))
+        };
+        let Some(id) = auth::key_id(presented) else {
+            return Err(invalid());
+        };
+        let key = match self.credentials.cached(id) {
+            Some(key) => key,
+            None => {
+                let found = self
+                    .store
+                    .key(id)
+                    .await
+                    .map_err(|e| Unidentified::Failed(e.into()))?;
+                let Some(key) = found else {
+                    return Err(invalid());
+                };
+                self.credentials.remember(&key);
+                key
+            }
+        };
+        if !hasher.matches(presented, &key.hash) {
+            return Err(invalid());
+        }
+        Ok(Caller::Key {
+            id: key.id,
+            cluster: key.cluster,
+            scopes: key.scopes,
+        })
+    }
+
+    /// Issues a key for `cluster` with `scopes`. Needs the admin token to be configured: in open
+    /// mode there is nothing to hash keys with, and no request would need them.
+    pub async fn issue_key(
+        &self,
+        cluster: &ClusterName,
+        mut scopes: Vec<Scope>,
+        label: String,
+    ) -> Result<Option<IssuedKey>, OracleError> {
+        let Some((_, hasher)) = &self.credentials.admin else {
+            return Ok(None);
+        };
+        scopes.sort();
+        scopes.dedup();
+        let (id, key) = auth::new_key(&mut rand::rngs::OsRng);
+        let record = StoredKey {
+            id,
+            cluster: cluster.clone(),
+            scopes,
+            label,
+            hash: hasher.hash(key.expose()),
+            created_at_ms: 0,
+        };
+        let record = self.store.insert_key(record).await?;
+        tracing::info!(cluster = %cluster, key = %record.id, scopes = ?record.scopes, "cluster key issued");
+        Ok(Some(IssuedKey { record, key }))
+    }
+
+    /// The cluster's keys (records only), oldest first.
+    pub async fn keys(&self, cluster: &ClusterName) -> Result<Vec<StoredKey>, OracleError> {
+        Ok(self.store.keys(cluster).await?)
+    }
+
+    /// Revokes the cluster's key `id`: at once on this replica. `false` when there is no such key.
+    pub async fn revoke_key(&self, cluster: &ClusterName, id: &str) -> Result<bool, OracleError> {
+        let revoked = self.store.revoke_key(cluster, id).await?;
+        self.credentials.cache().remove(id);
+        if revoked {
+            tracing::info!(cluster = %cluster, key = %id, "cluster key revoked");
+        }
+        Ok(revoked)
+    }
+}
