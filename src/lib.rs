@@ -113,10 +113,14 @@ pub async fn serve(
         ttl: std::time::Duration::from_millis(config.directory_cache_ttl_ms),
         capacity: config.directory_cache_entries,
     };
+    let webhook_hosts = config
+        .webhook_hosts()
+        .map_err(|e| anyhow::anyhow!("invalid ORACLE_WEBHOOK_ALLOWED_HOSTS: {e}"))?;
     let oracle = Arc::new(
         Oracle::new(store, config.rng_seed)
             .with_replica(replica)
-            .with_directory_cache(cache),
+            .with_directory_cache(cache)
+            .with_webhook_hosts(webhook_hosts),
     );
     let state = AppState {
         oracle: oracle.clone(),
