@@ -32,6 +32,7 @@ pub use migrations::{MigrationListing, Moved};
 pub use movers::DriverStep;
 pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 pub use repartitioning::{EdgesTaken, RepartitionerRound, RepartitionerStatus};
+pub use webhook::MAX_ANSWER_BYTES as MAX_WEBHOOK_ANSWER_BYTES;
 
 use crate::cluster::{ClusterName, GrainId, Heartbeat, HeartbeatRejection, SiloId};
 use crate::placement::webhook_hosts::WebhookHosts;
@@ -132,7 +133,8 @@ pub struct Oracle {
     /// What this replica placed on each silo since its last heartbeat, per cluster
     /// (`activation_count` adds it to the silo's reported figures).
     deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
-    /// For the `webhook` strategy; pools connections to the operators' endpoints.
+    /// For the `webhook` strategy; pools connections to the operators' endpoints. Follows no
+    /// redirects: a redirect would lead to a host the allow-list never judged.
     http: reqwest::Client,
     /// The hosts webhook URLs may name: checked when a policy is written and before every call.
     webhook_hosts: WebhookHosts,
@@ -206,7 +208,7 @@ impl Oracle {
             refresh_gates: Mutex::default(),
             membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
-            http: reqwest::Client::new(),
+            http: webhook::client(),
             webhook_hosts: WebhookHosts::loopback_only(),
             pool_states: Mutex::default(),
             replica: Replica::default(),
