@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
 use placement_oracle::oracle::{Oracle, Replica};
+use placement_oracle::placement::webhook_hosts::WebhookHosts;
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -273,6 +274,19 @@ pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
 impl TestApp {
     /// An app whose store has these settings (limits, default TTL).
     pub async fn with_settings(backend: Backend, settings: StoreSettings) -> Self {
+        Self::with_settings_and_hosts(backend, settings, WebhookHosts::loopback_only()).await
+    }
+
+    /// An app whose oracle lets webhooks call only `hosts` (as configured with an admin token).
+    pub async fn with_webhook_hosts(backend: Backend, hosts: WebhookHosts) -> Self {
+        Self::with_settings_and_hosts(backend, StoreSettings::with_ttl(TTL_MS), hosts).await
+    }
+
+    async fn with_settings_and_hosts(
+        backend: Backend,
+        settings: StoreSettings,
+        webhook_hosts: WebhookHosts,
+    ) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         let (store, database): (Arc<dyn Store>, _) = match backend {
             Backend::Memory => (
@@ -285,7 +299,12 @@ impl TestApp {
                 (Arc::new(store), Some(database))
             }
         };
-        Self::with_store(store, database, unique_cluster(), 42, 1_048_576, clock)
+        let limits = Limits {
+            request_timeout: Duration::from_secs(30),
+            body_limit_bytes: 1_048_576,
+        };
+        let cluster = unique_cluster();
+        Self::build(store, database, cluster, 42, limits, clock, webhook_hosts)
     }
 
     pub async fn new(backend: Backend) -> Self {
@@ -349,7 +368,8 @@ impl TestApp {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
         };
-        Self::build(store, database, cluster, seed, limits, clock)
+        let hosts = WebhookHosts::loopback_only();
+        Self::build(store, database, cluster, seed, limits, clock, hosts)
     }
 
     /// An embedded-store app that answers every request within `timeout`.
@@ -366,6 +386,7 @@ impl TestApp {
             1,
             limits,
             clock,
+            WebhookHosts::loopback_only(),
         )
     }
 
@@ -376,6 +397,7 @@ impl TestApp {
         seed: u64,
         limits: Limits,
         clock: ManualClock,
+        webhook_hosts: WebhookHosts,
     ) -> Self {
         // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
         // of two seconds of the test's clock.
@@ -383,7 +405,11 @@ impl TestApp {
             id: format!("replica-{seed}"),
             lease_ttl_ms: LEASE_TTL_MS,
         };
-        let oracle = Arc::new(Oracle::new(store, Some(seed)).with_replica(replica));
+        let oracle = Arc::new(
+            Oracle::new(store, Some(seed))
+                .with_replica(replica)
+                .with_webhook_hosts(webhook_hosts),
+        );
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),

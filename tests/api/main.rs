@@ -35,3 +35,4 @@ mod single_activation;
 mod store_parts;
 mod store_suite;
 mod strategies;
+mod webhooks;
