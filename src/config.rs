@@ -196,6 +196,12 @@ pub struct Config {
     #[arg(long, env = "ORACLE_INSECURE_OPEN", global = true)]
     pub insecure_open: bool,
 
+    /// Hosts the `webhook` strategy may call, comma-separated: names, IP addresses or `*.` and a
+    /// name (its subdomains), each optionally with `:port`. A policy naming another host is
+    /// refused (422) and a stored one is not called. In open mode loopback hosts are allowed too.
+    #[arg(long, env = "ORACLE_WEBHOOK_ALLOWED_HOSTS", global = true)]
+    pub webhook_allowed_hosts: Option<String>,
+
     /// Seed for every random decision; unset seeds from the OS. With a seed, the same sequence of
     /// requests to one replica gets the same decisions.
     #[arg(long, env = "ORACLE_RNG_SEED", global = true)]
@@ -290,6 +296,9 @@ impl Config {
                 "DATABASE_URL must be a postgres:// or postgresql:// URL",
             );
         }
+        if let Err(problem) = self.webhook_hosts() {
+            problems.push(format!("ORACLE_WEBHOOK_ALLOWED_HOSTS: {problem}"));
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -301,6 +310,16 @@ impl Config {
     /// for where that may listen).
     pub fn open_mode(&self) -> bool {
         self.admin_token.is_none() && self.admin_token_file.is_none()
+    }
+
+    /// The hosts webhooks may call: the configured list, and loopback hosts in open mode (where
+    /// anyone who can write a policy is already on this machine). With an admin token, only the
+    /// list: a cluster key's holder must not reach the oracle's own neighbours.
+    pub fn webhook_hosts(&self) -> Result<crate::placement::webhook_hosts::WebhookHosts, String> {
+        crate::placement::webhook_hosts::WebhookHosts::parse(
+            self.webhook_allowed_hosts.as_deref().unwrap_or_default(),
+            self.open_mode(),
+        )
     }
 
     /// Why serving on `address` is refused: open mode on an address that is not loopback, unless
@@ -406,6 +425,7 @@ impl fmt::Debug for Config {
             .field("admin_token_file", &self.admin_token_file)
             .field("key_cache_ttl_ms", &self.key_cache_ttl_ms)
             .field("insecure_open", &self.insecure_open)
+            .field("webhook_allowed_hosts", &self.webhook_allowed_hosts)
             .field("rng_seed", &self.rng_seed)
             .finish()
     }
@@ -518,6 +538,30 @@ mod tests {
             .load_secrets()
             .unwrap_err()
             .contains("ORACLE_ADMIN_TOKEN_FILE"));
+    }
+
+    #[test]
+    fn webhook_hosts_are_the_list_plus_loopback_in_open_mode_and_bad_entries_are_named() {
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let mut config = Config::defaults();
+        config.admin_token = None;
+        config.admin_token_file = None;
+        config.webhook_allowed_hosts = Some("hook.internal:9000".into());
+        let open = config.webhook_hosts().unwrap();
+        assert!(open.allows(&url("http://127.0.0.1:1/")).is_ok());
+        assert!(open.allows(&url("http://hook.internal:9000/")).is_ok());
+        config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
+        let admin = config.webhook_hosts().unwrap();
+        assert!(admin.allows(&url("http://127.0.0.1:1/")).is_err());
+        assert!(admin.allows(&url("http://hook.internal:9000/")).is_ok());
+        assert!(format!("{config:?}").contains("hook.internal:9000"));
+        config.webhook_allowed_hosts = Some("hook.internal, http://evil.example/".into());
+        let problems = config.validate().unwrap_err();
+        assert!(
+            problems[0].contains("ORACLE_WEBHOOK_ALLOWED_HOSTS")
+                && problems[0].contains("http://evil.example/"),
+            "{problems:?}"
+        );
     }
 
     #[test]

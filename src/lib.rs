@@ -123,9 +123,13 @@ pub async fn serve(
         ttl: std::time::Duration::from_millis(config.directory_cache_ttl_ms),
         capacity: config.directory_cache_entries,
     };
+    let webhook_hosts = config
+        .webhook_hosts()
+        .map_err(|e| anyhow::anyhow!("invalid ORACLE_WEBHOOK_ALLOWED_HOSTS: {e}"))?;
     let mut oracle = Oracle::new(store, config.rng_seed)
         .with_replica(replica)
-        .with_directory_cache(cache);
+        .with_directory_cache(cache)
+        .with_webhook_hosts(webhook_hosts);
     if let Some(token) = &config.admin_token {
         let ttl = std::time::Duration::from_millis(config.key_cache_ttl_ms);
         oracle = oracle.with_credentials(oracle::Credentials::new(token.clone(), ttl));

@@ -126,7 +126,7 @@ pub mod metric {
         );
         describe_counter!(
             WEBHOOK_CALLS,
-            "Placement webhook calls by outcome (chosen; or timeout, error, invalid, unconfigured: the fallback decided)"
+            "Placement webhook calls by outcome (chosen; or timeout, error, invalid, too_large, unconfigured, forbidden: the fallback decided)"
         );
         describe_counter!(
             MIGRATIONS,
@@ -198,8 +198,10 @@ pub mod metric {
         metrics::histogram!(DECISION_DURATION, "strategy" => strategy).record(took.as_secs_f64());
     }
 
-    /// One webhook call, by outcome: `chosen`, or a fallback because of `timeout`, `error`,
-    /// `invalid` (an answer that is not a candidate) or `unconfigured` (no URL in the policy).
+    /// One webhook call, by outcome: `chosen`, or a fallback because of `timeout`, `error` (also
+    /// a redirect, which is not followed), `invalid` (an answer that is not a candidate),
+    /// `too_large` (an answer over the size cap), `unconfigured` (no URL in the policy) or
+    /// `forbidden` (a host not on the allow-list: not called).
     pub fn webhook_call(outcome: &'static str, took: std::time::Duration) {
         counter!(WEBHOOK_CALLS, "outcome" => outcome).increment(1);
         metrics::histogram!(WEBHOOK_DURATION, "outcome" => outcome).record(took.as_secs_f64());

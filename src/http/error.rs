@@ -387,6 +387,7 @@ impl From<OracleError> for ApiError {
                 "The policy changed since it was read",
                 detail,
             ),
+            OracleError::Invalid(invalid) => invalid.into(),
             OracleError::Unplaceable(error) => error.into(),
             OracleError::Store(error) => error.into(),
         }

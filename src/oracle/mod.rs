@@ -35,12 +35,15 @@ pub use migrations::{MigrationListing, Moved};
 pub use movers::DriverStep;
 pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 pub use repartitioning::{EdgesTaken, RepartitionerRound, RepartitionerStatus};
+pub use webhook::MAX_ANSWER_BYTES as MAX_WEBHOOK_ANSWER_BYTES;
 
 use crate::cluster::{ClusterName, GrainId, Heartbeat, HeartbeatRejection, SiloId};
+use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{LocalDeltas, PlacementError};
 use crate::policy::Policy;
 use crate::store::{Located, Membership, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
+use crate::validation::Invalid;
 use batcher::Batcher;
 pub use directory_cache::CacheSettings;
 use directory_cache::DirectoryCache;
@@ -100,6 +103,10 @@ pub enum OracleError {
     LeaseHeldElsewhere { holder: String, expires_at_ms: i64 },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },
+    /// Input refused by a rule of this replica's configuration (not of the schema), each field
+    /// named: a webhook URL whose host is not allowed.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
     #[error(transparent)]
     HeartbeatRejected(#[from] HeartbeatRejection),
     #[error(transparent)]
@@ -129,8 +136,11 @@ pub struct Oracle {
     /// What this replica placed on each silo since its last heartbeat, per cluster
     /// (`activation_count` adds it to the silo's reported figures).
     deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
-    /// For the `webhook` strategy; pools connections to the operators' endpoints.
+    /// For the `webhook` strategy; pools connections to the operators' endpoints. Follows no
+    /// redirects: a redirect would lead to a host the allow-list never judged.
     http: reqwest::Client,
+    /// The hosts webhook URLs may name: checked when a policy is written and before every call.
+    webhook_hosts: WebhookHosts,
     pool_states: connections::PoolStates,
     /// This replica's name and lease length in cluster leases.
     replica: Replica,
@@ -203,7 +213,8 @@ impl Oracle {
             refresh_gates: Mutex::default(),
             membership_changes: AtomicU64::new(0),
             deltas: Mutex::default(),
-            http: reqwest::Client::new(),
+            http: webhook::client(),
+            webhook_hosts: WebhookHosts::loopback_only(),
             pool_states: Mutex::default(),
             replica: Replica::default(),
             lease_tokens: Mutex::default(),
@@ -227,6 +238,14 @@ impl Oracle {
     /// The same oracle, keeping recent directory answers as `settings` say.
     pub fn with_directory_cache(mut self, settings: CacheSettings) -> Self {
         self.directory_cache = DirectoryCache::new(settings);
+        self
+    }
+
+    /// The same oracle, letting the `webhook` strategy call only `hosts`. Without it, only
+    /// loopback hosts are allowed, as in open mode: an oracle built in-process (tests, tools) can
+    /// reach a local endpoint and nothing else.
+    pub fn with_webhook_hosts(mut self, hosts: WebhookHosts) -> Self {
+        self.webhook_hosts = hosts;
         self
     }
 
@@ -411,13 +430,15 @@ impl Oracle {
 
     /// Replaces the cluster's policy if it is still at version `expected` (`None`: any), creating
     /// the cluster if needed. Returns the new version. Other replicas decide with it within
-    /// [`MEMBERSHIP_MAX_AGE`]; this one at once.
+    /// [`MEMBERSHIP_MAX_AGE`]; this one at once. A webhook URL whose host this replica may not
+    /// call is refused here, in the use case, so no way of writing a policy can skip the check.
     pub async fn put_policy(
         &self,
         cluster: &ClusterName,
         policy: &Policy,
         expected: Option<i64>,
     ) -> Result<i64, OracleError> {
+        policy.validate_webhook_hosts(&self.webhook_hosts)?;
         let written = self
             .store
             .put_policy(cluster, policy, expected)

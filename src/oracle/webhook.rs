@@ -4,6 +4,11 @@
 //! `{"silo": "…"}` back within the grain type's `timeout_ms`. A slow, failing or nonsensical
 //! answer is counted and the type's fallback strategy decides instead, so a broken endpoint
 //! degrades placement quality, never availability.
+//!
+//! Whoever writes a policy chooses the URL, so the call is fenced in: the host must be on this
+//! replica's allow-list ([`WebhookHosts`], checked again here because a stored policy may predate
+//! the list or come from a replica configured differently), redirects are not followed (they
+//! would lead past the list), and at most [`MAX_ANSWER_BYTES`] of an answer are read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -14,9 +19,25 @@ use tokio::task::JoinSet;
 use super::directory::PlaceRequest;
 use super::Oracle;
 use crate::cluster::{ClusterName, LoadReport, SiloId};
+use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{self, ClusterView, PlacementInput, Strategy};
 use crate::policy::Policy;
 use crate::telemetry::metric;
+
+/// Most bytes of an answer read. `{"silo": …}` needs a few hundred; the cap keeps an endpoint
+/// that streams without end from holding memory (a webhook call is made per placement, many at
+/// once). Beyond it the call counts as `too_large` and the fallback decides.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The client for webhook calls: no redirects, so the host called is always the host checked
+/// (a 3xx answer counts as `error`).
+pub(super) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        // Fails only if the TLS backend cannot start, as `Client::new` (which panics) would.
+        .expect("the HTTP client for webhooks builds")
+}
 
 /// What the endpoint receives.
 #[derive(Debug, Serialize)]
@@ -91,6 +112,10 @@ impl Oracle {
             if candidates.is_empty() || hinted {
                 continue;
             }
+            let Some(target) = permitted(&self.webhook_hosts, &url, request.grain.grain_type())
+            else {
+                continue;
+            };
             let allowed: Vec<String> = candidates.iter().map(|c| c.id.to_string()).collect();
             let body = Question {
                 cluster: cluster.to_string(),
@@ -114,7 +139,7 @@ impl Oracle {
             let http = self.http.clone();
             calls.spawn(async move {
                 let started = Instant::now();
-                let answer = ask(&http, &url, &body, timeout).await;
+                let answer = ask(&http, target.url, &body, timeout).await;
                 let (outcome, choice) = match answer {
                     Ok(silo) if allowed.contains(&silo) => ("chosen", SiloId::parse("silo", &silo).ok()),
                     Ok(_) => ("invalid", None),
@@ -122,7 +147,8 @@ impl Oracle {
                 };
                 metric::webhook_call(outcome, started.elapsed());
                 if outcome != "chosen" {
-                    tracing::warn!(url, outcome, grain = %body.grain, "placement webhook did not decide; using the fallback strategy");
+                    // The host only: the rest of the URL may carry credentials.
+                    tracing::warn!(host = target.host, outcome, grain = %body.grain, "placement webhook did not decide; using the fallback strategy");
                 }
                 (i, choice)
             });
@@ -137,27 +163,64 @@ impl Oracle {
     }
 }
 
-/// One call: the chosen silo id, or the outcome to count (`timeout`, `error`, `invalid`).
+/// A URL that passed the allow-list, with the host to name in logs.
+struct Target {
+    url: reqwest::Url,
+    host: String,
+}
+
+/// The URL to call, or `None` (counted as `forbidden` and logged with the reason) when this
+/// replica may not call it.
+fn permitted(hosts: &WebhookHosts, url: &str, grain_type: &str) -> Option<Target> {
+    match hosts.check(url) {
+        Ok(url) => Some(Target {
+            host: url.host_str().unwrap_or_default().to_owned(),
+            url,
+        }),
+        Err(refusal) => {
+            metric::webhook_call("forbidden", Duration::ZERO);
+            tracing::warn!(
+                grain_type,
+                "placement webhook not called: its URL {refusal}; using the fallback strategy"
+            );
+            None
+        }
+    }
+}
+
+/// One call: the chosen silo id, or the outcome to count (`timeout`, `error`, `invalid`,
+/// `too_large`).
 async fn ask(
     http: &reqwest::Client,
-    url: &str,
+    url: reqwest::Url,
     question: &Question,
     timeout: Duration,
 ) -> Result<String, &'static str> {
-    let response = http
+    let timed_out = |e: reqwest::Error| if e.is_timeout() { "timeout" } else { "error" };
+    let mut response = http
         .post(url)
         .json(question)
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| if e.is_timeout() { "timeout" } else { "error" })?;
+        .map_err(timed_out)?;
+    // Not a success, and not followed: a 3xx is an `error` like any other.
     if !response.status().is_success() {
         return Err("error");
     }
-    let answer: Answer =
-        response
-            .json()
-            .await
-            .map_err(|e| if e.is_timeout() { "timeout" } else { "invalid" })?;
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_ANSWER_BYTES as u64)
+    {
+        return Err("too_large");
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(timed_out)? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err("too_large");
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let answer: Answer = serde_json::from_slice(&body).map_err(|_| "invalid")?;
     Ok(answer.silo)
 }

@@ -18,6 +18,7 @@ pub mod random;
 pub mod resource_optimized;
 pub mod silo_role;
 pub mod stateless_worker;
+pub mod webhook_hosts;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::webhook_hosts::WebhookHosts;
 use crate::validation::{Invalid, Violations};
 
 /// Options of `resource_optimized` (Orleans `ResourceOptimizedPlacementOptions`, §1.13): integer
@@ -204,6 +205,21 @@ impl WebhookOptions {
             );
         }
         v.finish(|| ())
+    }
+}
+
+impl WebhookOptions {
+    /// Checks the URL's host against the replica's allow-list. Apart from [`Self::validate`]
+    /// because the list is configuration, not a rule of the published schema: the same policy may
+    /// be accepted by one deployment and refused by another.
+    pub fn check_host(&self, prefix: &str, hosts: &WebhookHosts) -> Result<(), Invalid> {
+        match &self.url {
+            Some(url) => hosts
+                .check(url)
+                .map(|_| ())
+                .map_err(|refusal| Invalid::one(format!("{prefix}url"), refusal.to_string())),
+            None => Ok(()),
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub use grain_type::{GrainTypePolicy, Immovable};
 
 use crate::cluster::names::check_grain_type;
 use crate::placement::filters::{self, Filter};
+use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{Strategy, StrategyOptions};
 use crate::rebalancer::RebalancerOptions;
 use crate::repartitioner::RepartitionerOptions;
@@ -106,6 +107,21 @@ impl Policy {
                 &policy.filters,
                 &format!("{prefix}.filters"),
             ));
+        }
+        v.finish(|| ())
+    }
+
+    /// Checks every webhook URL the policy sets (the default options' and each grain type's,
+    /// whatever the strategy, since a call may ask for `webhook` itself) against the replica's
+    /// allow-list, naming each refused field and how to allow its host.
+    pub fn validate_webhook_hosts(&self, hosts: &WebhookHosts) -> Result<(), Invalid> {
+        let mut v = Violations::default();
+        v.check(self.options.webhook.check_host("options.webhook.", hosts));
+        for (grain_type, policy) in &self.grain_types {
+            if let Some(options) = &policy.options {
+                let prefix = format!("grain_types.{grain_type}.options.webhook.");
+                v.check(options.webhook.check_host(&prefix, hosts));
+            }
         }
         v.finish(|| ())
     }
@@ -233,6 +249,47 @@ mod tests {
                 "grain_types.user.options.activation_count.choose_out_of",
                 "grain_types.user.filters[1].min_candidates",
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod webhook_host_tests {
+    use super::*;
+
+    #[test]
+    fn every_webhook_url_is_checked_against_the_allow_list_each_named() {
+        let policy: Policy = serde_json::from_value(serde_json::json!({
+            "options": { "webhook": { "url": "http://evil.example/choose" } },
+            "grain_types": {
+                "pricing": { "strategy": "webhook",
+                             "options": { "webhook": { "url": "http://hook.internal:9000/choose" } } },
+                "user": { "strategy": "random",
+                          "options": { "webhook": { "url": "http://169.254.169.254/latest" } } },
+                "order": { "strategy": "webhook" }
+            }
+        }))
+        .unwrap();
+        let hosts = WebhookHosts::parse("hook.internal", false).unwrap();
+        let errors = policy.validate_webhook_hosts(&hosts).unwrap_err().0;
+        assert_eq!(
+            errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
+            [
+                "options.webhook.url",
+                "grain_types.user.options.webhook.url"
+            ]
+        );
+        assert!(errors[1].message.contains("169.254.169.254"), "{errors:?}");
+        assert!(
+            errors[0].message.contains("ORACLE_WEBHOOK_ALLOWED_HOSTS"),
+            "{errors:?}"
+        );
+        let everything =
+            WebhookHosts::parse("hook.internal,evil.example,169.254.169.254", false).unwrap();
+        assert_eq!(policy.validate_webhook_hosts(&everything), Ok(()));
+        assert_eq!(
+            Policy::default().validate_webhook_hosts(&WebhookHosts::parse("", false).unwrap()),
+            Ok(())
         );
     }
 }

@@ -12,6 +12,7 @@ use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
 use placement_oracle::config::Secret;
 use placement_oracle::oracle::{Credentials, Oracle, Replica};
+use placement_oracle::placement::webhook_hosts::WebhookHosts;
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -291,6 +292,13 @@ impl TestApp {
         Self::with_store(store, database, unique_cluster(), 42, 1_048_576, clock)
     }
 
+    /// An app whose oracle lets webhooks call only `hosts` (as configured with an admin token).
+    pub async fn with_webhook_hosts(backend: Backend, hosts: WebhookHosts) -> Self {
+        Self::new(backend)
+            .await
+            .reconfigured(|oracle| oracle.with_webhook_hosts(hosts))
+    }
+
     pub async fn new(backend: Backend) -> Self {
         Self::with_settings(backend, StoreSettings::with_ttl(TTL_MS)).await
     }
@@ -352,7 +360,9 @@ impl TestApp {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
         };
-        Self::build(store, database, cluster, seed, limits, clock, None)
+        Self::build(store, database, cluster, seed, limits, clock, |oracle| {
+            oracle
+        })
     }
 
     /// An app that asks every cluster route for a credential: [`ADMIN_TOKEN`] or a key it issued,
@@ -364,11 +374,16 @@ impl TestApp {
 
     /// The same store, cluster and clock, served by an oracle that asks for credentials.
     pub fn with_credentials(&self, key_ttl: Duration) -> Self {
+        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), key_ttl);
+        self.reconfigured(|oracle| oracle.with_credentials(credentials))
+    }
+
+    /// The same store, cluster and clock, served by a new oracle that `configure` sets up.
+    pub fn reconfigured(&self, configure: impl FnOnce(Oracle) -> Oracle) -> Self {
         let limits = Limits {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes: 1 << 20,
         };
-        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), key_ttl);
         Self::build(
             self.oracle.store_handle(),
             self._database.clone(),
@@ -376,7 +391,7 @@ impl TestApp {
             7,
             limits,
             self.clock.clone(),
-            Some(credentials),
+            configure,
         )
     }
 
@@ -433,7 +448,7 @@ impl TestApp {
             1,
             limits,
             clock,
-            None,
+            |oracle| oracle,
         )
     }
 
@@ -444,7 +459,7 @@ impl TestApp {
         seed: u64,
         limits: Limits,
         clock: ManualClock,
-        credentials: Option<Credentials>,
+        configure: impl FnOnce(Oracle) -> Oracle,
     ) -> Self {
         // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
         // of two seconds of the test's clock.
@@ -452,11 +467,9 @@ impl TestApp {
             id: format!("replica-{seed}"),
             lease_ttl_ms: LEASE_TTL_MS,
         };
-        let mut oracle = Oracle::new(store, Some(seed)).with_replica(replica);
-        if let Some(credentials) = credentials {
-            oracle = oracle.with_credentials(credentials);
-        }
-        let oracle = Arc::new(oracle);
+        let oracle = Arc::new(configure(
+            Oracle::new(store, Some(seed)).with_replica(replica),
+        ));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),

@@ -13,7 +13,7 @@ async fn place(app: &TestApp, body: Value) -> Value {
 
 /// Three Orleans-addressed silos; in Orleans order A < B < C (generation 1, port 11111, then the
 /// little-endian address: 10.0.1.1 < 10.0.0.2 < 10.0.0.3).
-async fn three_orleans_silos(app: &TestApp) -> [&'static str; 3] {
+pub(crate) async fn three_orleans_silos(app: &TestApp) -> [&'static str; 3] {
     let silos = ["10.0.1.1:11111@1", "10.0.0.2:11111@1", "10.0.0.3:11111@1"];
     for silo in silos {
         app.heartbeat(silo, json!({})).await;
