@@ -4,7 +4,8 @@
 # default settings, type-checks each strictly together with a walk-through, then runs each walk-through against a
 # running oracle.
 #
-# Usage: bash contract/clients.sh BASE_URL      e.g. bash contract/clients.sh http://127.0.0.1:8080
+# Usage: ORACLE_ADMIN_TOKEN=… bash contract/clients.sh BASE_URL   e.g. … http://127.0.0.1:8080
+# The walk-throughs issue themselves a cluster key with the oracle's admin token and call with it.
 # Works from any directory and is idempotent; everything it makes is under contract/build/ and
 # contract/typescript/node_modules/ (both git-ignored). Needs python3 (3.11+), node 20+ and npm, and the
 # PyPI and npm registries (or their caches) for the pinned tools.
@@ -15,6 +16,10 @@ if [[ $# -ne 1 ]]; then
   exit 2
 fi
 BASE_URL=$1
+if [[ -z ${ORACLE_ADMIN_TOKEN:-} ]]; then
+  echo "set ORACLE_ADMIN_TOKEN to the admin token of the oracle at $BASE_URL" >&2
+  exit 2
+fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SPEC=openapi/openapi.json

@@ -26,6 +26,11 @@ cargo build --locked --quiet
 BINARY="${CARGO_TARGET_DIR:-target}/debug/placement-oracle"
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS $DATABASE WITH (FORCE)" -c "CREATE DATABASE $DATABASE"
 mkdir -p contract/build
+# With credentials, as in production: the clients issue themselves a key with the admin token, and
+# schemathesis sends the admin token (its ignored_auth check then proves a request without one is
+# refused).
+ORACLE_ADMIN_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+export ORACLE_ADMIN_TOKEN
 DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" ORACLE_LISTEN="127.0.0.1:$PORT" \
   "$BINARY" > contract/build/oracle.log 2>&1 &
 ORACLE=$!
@@ -54,6 +59,7 @@ step "Schemathesis: every check, seed in contract/schemathesis.toml, $MAX_EXAMPL
 # deletes instead.
 contract/build/venv/bin/st --config-file contract/schemathesis.toml run "$BASE_URL/openapi.json" \
   --url "$BASE_URL" --checks all --exclude-checks use_after_free \
+  --header "Authorization: Bearer $ORACLE_ADMIN_TOKEN" \
   --max-examples "$MAX_EXAMPLES" --no-color
 
 step "Contract suite passed"

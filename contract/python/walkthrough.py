@@ -1,16 +1,19 @@
 """The README's walk-through, through the Python client generated from the unmodified openapi/openapi.json.
 
-Usage: python walkthrough.py BASE_URL   (run by contract/clients.sh, which generates the client first)
+Usage: ORACLE_ADMIN_TOKEN=… python walkthrough.py BASE_URL   (run by contract/clients.sh, which generates the client
+first). With the admin token it issues itself a key of its cluster, and makes every other call with that key.
 Every call goes through the generated functions and models; every check reads the typed result.
 """
 
+import os
 import secrets
 import sys
 from typing import TypeVar
 
 import httpx
 
-from placement_oracle_client import Client
+from placement_oracle_client import AuthenticatedClient
+from placement_oracle_client.api.credentials import issue_key
 from placement_oracle_client.api.connections import get_pool, post_connection, put_pool
 from placement_oracle_client.api.directory import delete_activation, get_activation, post_placement, post_placement_batch
 from placement_oracle_client.api.membership import drain_silo, get_silo, list_silos, post_heartbeat
@@ -18,7 +21,7 @@ from placement_oracle_client.api.migrations import complete_migration, list_migr
 from placement_oracle_client.api.policy import get_policy, put_policy
 from placement_oracle_client.models import (
     ActivationResponse, ConnectionExplanation, ConnectionResponse, ConnectRule, DrainProgress, DrainResponse,
-    Explanation, GrainTypePolicyInput, HeartbeatRequest, MembersInput, MigrationCompleted, MigrationPage,
+    Explanation, IssuedKeyResponse, NewKeyRequest, Scope, GrainTypePolicyInput, HeartbeatRequest, MembersInput, MigrationCompleted, MigrationPage,
     MigrationReason, Outcome, PlacementBatchRequest, PlacementBatchResponse, PlacementRequest,
     PlacementResponse, PolicyInput, PolicyInputGrainTypes, PolicyResponse, Pool, PoolInput, PreferredMatchFilter,
     PreferredMatchFilterInput, PreferredMatchFilterInputKind, Problem, RequiredMatchFilter, RequiredMatchFilterInput,
@@ -51,10 +54,22 @@ def main(base_url: str) -> None:
     def record(request: httpx.Request) -> None:
         sent.append(request.url)
 
-    client = Client(base_url=base_url, raise_on_unexpected_status=True, httpx_args={"event_hooks": {"request": [record]}})
     cluster = f"walk-py-{secrets.token_hex(4)}"
     silos = ["10.0.0.5:11111@1", "10.0.0.6:11111@1", "10.0.0.7:11111@1"]
     print(f"cluster {cluster}")
+
+    # 0. The admin issues a key of the cluster, with both scopes; every later call uses it. A key that was never
+    #    issued is refused (401), and the key cannot issue keys itself (403).
+    admin = AuthenticatedClient(base_url=base_url, token=os.environ["ORACLE_ADMIN_TOKEN"], raise_on_unexpected_status=True)
+    issued = ok(issue_key.sync_detailed(cluster, client=admin, body=NewKeyRequest(
+        scopes=[Scope.SILO, Scope.OPERATOR], label="python walk-through")), IssuedKeyResponse, 201)
+    assert issued.key.startswith(issued.starts_with) and issued.cluster == cluster, issued
+    client = AuthenticatedClient(base_url=base_url, token=issued.key, raise_on_unexpected_status=True,
+                                 httpx_args={"event_hooks": {"request": [record]}})
+    stranger = AuthenticatedClient(base_url=base_url, token="pok_" + "0" * 16 + "_" + "0" * 64)
+    bad(list_silos.sync_detailed(cluster, client=stranger), 401)
+    bad(issue_key.sync_detailed(cluster, client=client, body=NewKeyRequest(scopes=[Scope.SILO])), 403)
+    print(f"0. key {issued.id} issued with scopes {[s.value for s in issued.scopes]}")
 
     # a. Three silos report their load; the third reports only its CPU. The first two have role "storage".
     for i, silo in enumerate(silos):

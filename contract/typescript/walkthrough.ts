@@ -1,6 +1,7 @@
 // The README's walk-through, through openapi-fetch typed by openapi-typescript from the unmodified openapi/openapi.json.
 //
-// Usage: node build/js/walkthrough.js BASE_URL   (run by contract/clients.sh, which generates and compiles first)
+// Usage: ORACLE_ADMIN_TOKEN=… node build/js/walkthrough.js BASE_URL   (run by contract/clients.sh, which generates
+// and compiles first). With the admin token it issues itself a key of its cluster and makes every other call with it.
 // Every call is checked by tsc against the generated paths; every check reads the typed result. Types vanish at run
 // time, so `present` also checks that each answer carries every field its schema requires.
 import { randomBytes } from "node:crypto";
@@ -42,11 +43,23 @@ const placement = (p: S["PlacementResponse"]) => present(p, { grain: true, silo:
   outcome: true, strategy: true, epoch: true, max_local: true, explanation: true });
 
 async function main(baseUrl: string): Promise<void> {
-  const client = createClient<paths>({ baseUrl });
   const cluster = `walk-ts-${randomBytes(4).toString("hex")}`;
   const path = { cluster };
   const silos = ["10.0.0.5:11111@1", "10.0.0.6:11111@1", "10.0.0.7:11111@1"] as const;
   console.log(`cluster ${cluster}`);
+
+  // 0. The admin issues a key of the cluster, with both scopes; every later call uses it. A request without a
+  //    credential is refused (401), and the key cannot issue keys itself (403).
+  const token = process.env["ORACLE_ADMIN_TOKEN"];
+  assert(token !== undefined && token !== "", "ORACLE_ADMIN_TOKEN is set");
+  const admin = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${token}` } });
+  const issued = ok(await admin.POST("/v1/clusters/{cluster}/keys",
+    { params: { path }, body: { scopes: ["silo", "operator"], label: "typescript walk-through" } }), 201);
+  assert(issued.key.startsWith(issued.starts_with) && issued.cluster === cluster, "the key is the cluster's");
+  const client = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${issued.key}` } });
+  bad(await createClient<paths>({ baseUrl }).GET("/v1/clusters/{cluster}/silos", { params: { path } }), 401);
+  bad(await client.POST("/v1/clusters/{cluster}/keys", { params: { path }, body: { scopes: ["silo"] } }), 403);
+  console.log(`0. key ${issued.id} issued with scopes ${issued.scopes.join()}`);
 
   // a. Three silos report their load; the third reports only its CPU. The first two have role "storage".
   for (const [i, id] of silos.entries()) {
