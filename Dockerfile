@@ -9,7 +9,9 @@
 # let a bot (Renovate/Dependabot) bump the digests.
 
 # ---------------------------------------------------------------------------
-# Builder
+# Builder. CI replays this stage without Docker (.ci/docker-context.sh, on
+# exactly the files it COPYs): keep to the forms that script understands, or
+# teach it new ones.
 # ---------------------------------------------------------------------------
 FROM rust:1-bookworm AS builder
 
