@@ -20,6 +20,7 @@
 //!   started and stopped together.
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
 //!   sessions); [`drain`]: where a drained silo's grains go (pure).
+//! - [`rate_limit`]: per-cluster rate limits (a pure token bucket and the table of them).
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -38,6 +39,7 @@ pub mod http;
 pub mod oracle;
 pub mod placement;
 pub mod policy;
+pub mod rate_limit;
 pub mod rebalancer;
 pub mod repartitioner;
 pub mod store;
