@@ -113,6 +113,21 @@ pub struct Config {
     )]
     pub body_limit_bytes: usize,
 
+    /// Most requests this replica serves at once; the next is answered 503
+    /// `concurrency-limit-reached` at once instead of queueing (health, readiness and metrics are
+    /// never refused). 1024 is far above a healthy replica's need (about 40 in flight at its
+    /// ~40k placements/s of about a millisecond each, 256 in the benchmarks' widest sweep), so it
+    /// only bites when something downstream stalls (the store, a webhook): then it bounds memory
+    /// (each request may hold a body of ORACLE_BODY_LIMIT_BYTES) and tells clients to back off or
+    /// go elsewhere instead of letting every request wait into its timeout.
+    #[arg(
+        long,
+        env = "ORACLE_MAX_CONCURRENT_REQUESTS",
+        default_value_t = 1_024,
+        global = true
+    )]
+    pub max_concurrent_requests: usize,
+
     /// Log output: human-readable text or one JSON object per line.
     #[arg(long, env = "ORACLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -229,6 +244,10 @@ impl Config {
         check(
             (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
             "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
+        );
+        check(
+            (1..=1_000_000).contains(&self.max_concurrent_requests),
+            "ORACLE_MAX_CONCURRENT_REQUESTS must be from 1 to 1000000",
         );
         check(
             (1_000..=600_000).contains(&self.lease_ttl_ms),
@@ -385,6 +404,7 @@ impl fmt::Debug for Config {
             .field("max_silos_per_cluster", &self.max_silos_per_cluster)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("log_format", &self.log_format)
             .field("dns_listen", &self.dns_listen)
             .field("dns_zone", &self.dns_zone)
@@ -514,5 +534,13 @@ mod tests {
         let problems = config.validate().unwrap_err();
         assert!(problems[0].contains("ORACLE_SILO_TTL_MS"));
         assert!(problems[1].contains("ORACLE_DB_POOL_SIZE"));
+    }
+
+    #[test]
+    fn the_concurrency_limit_is_checked_by_name_and_shown() {
+        let mut config = Config::defaults();
+        config.max_concurrent_requests = 0;
+        assert!(config.validate().unwrap_err()[0].contains("ORACLE_MAX_CONCURRENT_REQUESTS"));
+        assert!(format!("{config:?}").contains("max_concurrent_requests: 0"));
     }
 }

@@ -20,7 +20,8 @@
 //!   started and stopped together.
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
 //!   sessions); [`drain`]: where a drained silo's grains go (pure).
-//! - [`rate_limit`]: per-cluster rate limits (a pure token bucket and the table of them).
+//! - [`rate_limit`]: per-cluster rate limits (a pure token bucket and the table of them); load
+//!   shedding is [`http::load_shedding`].
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -127,6 +128,7 @@ pub async fn serve(
     let limits = Limits {
         request_timeout: config.request_timeout(),
         body_limit_bytes: config.body_limit_bytes,
+        max_concurrent_requests: config.max_concurrent_requests,
     };
     let mut background = Background::new();
     if let Some(address) = config.dns_listen {

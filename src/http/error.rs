@@ -121,6 +121,18 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// Load shedding (see [`super::load_shedding`]): distinct from `overloaded` (store calls
+    /// queued), since raising a different setting helps.
+    pub fn concurrency_limit_reached(max: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "concurrency-limit-reached",
+            "Too many requests in flight",
+            format!("this replica is already serving {max} requests (ORACLE_MAX_CONCURRENT_REQUESTS) and answers more at once rather than queueing them; retry shortly, on another replica if there is one"),
+        )
+        .retry_after(1)
+    }
+
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -26,6 +26,8 @@ pub const TTL_MS: i64 = 10_000;
 pub const LEASE_TTL_MS: i64 = 2_000;
 /// Where every test clock starts (2023-11-14T22:13:20Z).
 pub const START_MS: i64 = 1_700_000_000_000;
+/// Requests in flight before a test app sheds load: production's default.
+pub const MAX_CONCURRENT_REQUESTS: usize = 1_024;
 /// Which store an app runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -348,16 +350,22 @@ impl TestApp {
         let limits = Limits {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
         };
         Self::build(store, database, cluster, seed, limits, clock)
     }
 
     /// An embedded-store app that answers every request within `timeout`.
     pub fn with_request_timeout(timeout: Duration) -> Self {
-        let limits = Limits {
+        Self::limited(Limits {
             request_timeout: timeout,
             body_limit_bytes: 1 << 20,
-        };
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+        })
+    }
+
+    /// An embedded-store app with these limits.
+    pub fn limited(limits: Limits) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         Self::build(
             memory_store(&clock),

@@ -4,7 +4,8 @@
 //! instances on one Postgres; `single_activation` holds one test per way the single-activation
 //! promise was found broken; `faults` runs two replicas through store outages (via `proxy`);
 //! `inputs` checks that bad input always gets a 4xx problem; `openapi` keeps the committed spec in
-//! step with the code; `ops` covers health, readiness, metrics and graceful shutdown.
+//! step with the code; `ops` covers health, readiness, metrics and graceful shutdown; `limits`
+//! covers load shedding and per-cluster rate limits.
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
 macro_rules! for_both_stores {
@@ -23,6 +24,7 @@ mod drains;
 mod faults;
 mod helpers;
 mod inputs;
+mod limits;
 mod migrations;
 mod openapi;
 mod ops;
