@@ -121,9 +121,17 @@ pub async fn serve(
             .with_replica(replica)
             .with_directory_cache(cache),
     );
+    // Rate limits measure this replica's own durations: the monotonic clock, which a step of the
+    // wall clock cannot fill or empty every bucket with.
+    let rate_limits = rate_limit::RateLimits::new(
+        config.rates(),
+        usize::try_from(config.max_clusters).unwrap_or(usize::MAX),
+        Arc::new(MonotonicClock::default()),
+    );
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),
+        rate_limits: Arc::new(rate_limits),
     };
     let limits = Limits {
         request_timeout: config.request_timeout(),

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::cluster::HeartbeatRejection;
 use crate::oracle::OracleError;
 use crate::placement::PlacementError;
+use crate::rate_limit::{Kind, RateLimited, Rates};
 use crate::store::{LimitReached, StoreError};
 use crate::validation::{FieldError, Invalid};
 
@@ -234,6 +235,19 @@ impl From<PlacementError> for ApiError {
             )
             .retry_after(1),
         }
+    }
+}
+
+impl From<RateLimited> for ApiError {
+    fn from(limited: RateLimited) -> Self {
+        let seconds = limited.retry_after_ms.div_ceil(1_000).max(1);
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "The cluster is over its rate limit",
+            limited.to_string(),
+        )
+        .retry_after(u32::try_from(seconds).unwrap_or(u32::MAX))
     }
 }
 
@@ -486,6 +500,19 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
         )
         .into(),
         "428" => ApiError::if_match_required(),
+        "429" if operation_id != "post_heartbeat" => {
+            let (kind, per_second) = match operation_id {
+                "post_edges" => (Kind::Edges, Rates::DEFAULT.edges),
+                _ => (Kind::Placements, Rates::DEFAULT.placements),
+            };
+            RateLimited {
+                kind,
+                cluster: crate::cluster::ClusterName::parse("demo").ok()?,
+                per_second,
+                retry_after_ms: 10,
+            }
+            .into()
+        }
         "429" => StoreError::Limit(LimitReached::Silos {
             cluster: "demo".into(),
             max: 5_000,

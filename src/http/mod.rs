@@ -38,12 +38,16 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::oracle::Oracle;
+use crate::rate_limit::RateLimits;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
     pub oracle: Arc<Oracle>,
     pub metrics: PrometheusHandle,
+    /// Per-cluster rate limits, shared by every handler of the replica (each limited handler asks
+    /// it right after parsing the cluster name).
+    pub rate_limits: Arc<RateLimits>,
 }
 
 /// Limits applied to every request.

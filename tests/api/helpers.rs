@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
 use placement_oracle::oracle::{Oracle, Replica};
+use placement_oracle::rate_limit::{RateLimits, Rates};
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -352,20 +353,32 @@ impl TestApp {
             body_limit_bytes,
             max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
         };
-        Self::build(store, database, cluster, seed, limits, clock)
+        Self::build(
+            store,
+            database,
+            cluster,
+            seed,
+            limits,
+            Rates::DEFAULT,
+            clock,
+        )
     }
 
     /// An embedded-store app that answers every request within `timeout`.
     pub fn with_request_timeout(timeout: Duration) -> Self {
-        Self::limited(Limits {
-            request_timeout: timeout,
-            body_limit_bytes: 1 << 20,
-            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
-        })
+        Self::limited(
+            Limits {
+                request_timeout: timeout,
+                body_limit_bytes: 1 << 20,
+                max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+            },
+            Rates::DEFAULT,
+        )
     }
 
-    /// An embedded-store app with these limits.
-    pub fn limited(limits: Limits) -> Self {
+    /// An embedded-store app with these limits and per-cluster rates; its rate limits run on the
+    /// app's manual clock, so a test decides exactly when buckets refill.
+    pub fn limited(limits: Limits, rates: Rates) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         Self::build(
             memory_store(&clock),
@@ -373,6 +386,7 @@ impl TestApp {
             unique_cluster(),
             1,
             limits,
+            rates,
             clock,
         )
     }
@@ -383,6 +397,7 @@ impl TestApp {
         cluster: String,
         seed: u64,
         limits: Limits,
+        rates: Rates,
         clock: ManualClock,
     ) -> Self {
         // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
@@ -392,9 +407,11 @@ impl TestApp {
             lease_ttl_ms: LEASE_TTL_MS,
         };
         let oracle = Arc::new(Oracle::new(store, Some(seed)).with_replica(replica));
+        let rate_limits = RateLimits::new(rates, 10_000, Arc::new(clock.clone()));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),
+            rate_limits: Arc::new(rate_limits),
         };
         Self {
             router: app(state, limits),

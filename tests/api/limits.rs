@@ -1,13 +1,15 @@
-//! Load shedding: a replica at ORACLE_MAX_CONCURRENT_REQUESTS answers 503 at once.
+//! Load shedding (a replica at ORACLE_MAX_CONCURRENT_REQUESTS answers 503 at once) and per-cluster
+//! rate limits (429 with Retry-After, one bucket per cluster, refilled by the app's clock).
 
 use std::time::Duration;
 
 use axum::http::{header, Method, StatusCode};
+use placement_oracle::rate_limit::Rates;
 use placement_oracle::Limits;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-use crate::helpers::{Reply, TestApp};
+use crate::helpers::{Reply, TestApp, MAX_CONCURRENT_REQUESTS};
 
 fn limits(max_concurrent_requests: usize) -> Limits {
     Limits {
@@ -51,7 +53,7 @@ async fn gated_webhook() -> (String, mpsc::UnboundedReceiver<()>, watch::Sender<
 
 #[tokio::test]
 async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_health_checks() {
-    let app = TestApp::limited(limits(1));
+    let app = TestApp::limited(limits(1), Rates::DEFAULT);
     app.heartbeat("a@1", json!({})).await;
     let (url, mut questions, gate) = gated_webhook().await;
     let policy = json!({ "grain_types": { "user": {
@@ -112,5 +114,140 @@ async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_hea
     assert!(
         text.contains(r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="503"}"#),
         "shed requests are counted by route like any answer"
+    );
+}
+
+#[tokio::test]
+async fn heartbeats_over_the_limit_are_refused_per_cluster_until_the_bucket_refills() {
+    let rates = Rates {
+        heartbeats: 2,
+        ..Rates::DEFAULT
+    };
+    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    app.heartbeat("a@1", json!({})).await;
+    app.heartbeat("b@1", json!({})).await;
+
+    let refused = app.try_heartbeat("a@1", json!({})).await;
+    let problem = refused.problem(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(problem["type"], "urn:placement-oracle:problem:rate-limited");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("`{}`", app.cluster))
+            && detail.contains("ORACLE_RATE_LIMIT_HEARTBEATS"),
+        "names the cluster and the setting to raise: {detail}"
+    );
+    // One heartbeat every 500 ms: Retry-After rounds up to whole seconds.
+    assert_eq!(retry_after(&refused), 1);
+
+    let other = app
+        .send(
+            Method::POST,
+            "/v1/clusters/another-cluster/heartbeats",
+            Some(json!({ "silo": "a@1" })),
+        )
+        .await;
+    assert_eq!(
+        other.status,
+        StatusCode::OK,
+        "another cluster has its own bucket"
+    );
+
+    app.clock.advance_ms(499);
+    assert_eq!(
+        app.try_heartbeat("a@1", json!({})).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    app.clock.advance_ms(1);
+    app.heartbeat("a@1", json!({})).await;
+}
+
+#[tokio::test]
+async fn placements_count_the_grains_of_a_batch_and_edges_the_edges_of_a_report() {
+    let rates = Rates {
+        placements: 5,
+        edges: 3,
+        ..Rates::DEFAULT
+    };
+    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    app.heartbeat("a@1", json!({})).await;
+    let batch = |grains: std::ops::Range<u32>| {
+        let placements: Vec<Value> = grains
+            .map(|i| json!({ "grain": format!("user/{i}") }))
+            .collect();
+        json!({ "placements": placements })
+    };
+
+    assert_eq!(
+        app.post("/placements/batch", batch(0..3)).await.status,
+        StatusCode::OK
+    );
+    // Two grains left in the bucket: three more are refused, two are not.
+    let refused = app.post("/placements/batch", batch(3..6)).await;
+    assert!(refused.problem(StatusCode::TOO_MANY_REQUESTS)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("ORACLE_RATE_LIMIT_PLACEMENTS"));
+    assert_eq!(retry_after(&refused), 1);
+    assert_eq!(
+        app.post("/placements/batch", batch(3..5)).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.post("/placements", json!({ "grain": "user/5" }))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // A batch larger than the bucket goes through once the bucket is full, and is paid back
+    // before anything else is admitted: 8 grains at 5/s leave 3 of debt.
+    app.clock.advance_ms(1_000);
+    assert_eq!(
+        app.post("/placements/batch", batch(10..18)).await.status,
+        StatusCode::OK
+    );
+    let in_debt = app.post("/placements", json!({ "grain": "user/5" })).await;
+    assert_eq!(in_debt.status, StatusCode::TOO_MANY_REQUESTS);
+    app.clock.advance_ms(799);
+    assert_eq!(
+        app.post("/placements", json!({ "grain": "user/5" }))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    app.clock.advance_ms(1);
+    app.place("user/5").await;
+
+    let edges = |n: u32| {
+        let edges: Vec<Value> = (0..n)
+            .map(|i| json!({ "from": format!("user/{i}"), "to": "user/hub", "count": 1 }))
+            .collect();
+        json!({ "edges": edges })
+    };
+    assert_eq!(
+        app.post("/edges", edges(2)).await.status,
+        StatusCode::ACCEPTED
+    );
+    let refused = app.post("/edges", edges(2)).await;
+    assert!(refused.problem(StatusCode::TOO_MANY_REQUESTS)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("ORACLE_RATE_LIMIT_EDGES"));
+    assert_eq!(
+        app.post("/edges", edges(1)).await.status,
+        StatusCode::ACCEPTED
+    );
+
+    let metrics = app.send(Method::GET, "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    for kind in ["placements", "edges"] {
+        let series = format!("oracle_rate_limited_total{{kind=\"{kind}\"}}");
+        assert!(text.contains(&series), "missing {series} in\n{text}");
+    }
+    assert!(
+        !text.lines().any(
+            |line| line.starts_with("oracle_rate_limited_total") && line.contains(&app.cluster)
+        ),
+        "no cluster label on the rate-limit metric"
     );
 }
