@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::rate_limit::Rates;
+
 /// The placement oracle: where grains should live, which should move, which node a client should use.
 #[derive(Debug, Parser)]
 #[command(name = "placement-oracle", version, about)]
@@ -113,6 +115,56 @@ pub struct Config {
     )]
     pub body_limit_bytes: usize,
 
+    /// Most requests this replica serves at once; the next is answered 503
+    /// `concurrency-limit-reached` at once instead of queueing (health, readiness and metrics are
+    /// never refused). 1024 is far above a healthy replica's need (about 40 in flight at its
+    /// ~40k placements/s of about a millisecond each, 256 in the benchmarks' widest sweep), so it
+    /// only bites when something downstream stalls (the store, a webhook): then it bounds memory
+    /// (each request may hold a body of ORACLE_BODY_LIMIT_BYTES) and tells clients to back off or
+    /// go elsewhere instead of letting every request wait into its timeout.
+    #[arg(
+        long,
+        env = "ORACLE_MAX_CONCURRENT_REQUESTS",
+        default_value_t = 1_024,
+        global = true
+    )]
+    pub max_concurrent_requests: usize,
+
+    /// Heartbeats per second one cluster may send to this replica (0 = unlimited); beyond it, 429
+    /// `rate-limited`. A cluster has at most ORACLE_MAX_SILOS_PER_CLUSTER (5,000) live silos
+    /// beating about once a second, so 10,000 leaves room for a whole cluster retrying at once and
+    /// only stops one that is misbehaving (a beat loop without a sleep, say).
+    #[arg(
+        long,
+        env = "ORACLE_RATE_LIMIT_HEARTBEATS",
+        default_value_t = Rates::DEFAULT.heartbeats,
+        global = true
+    )]
+    pub rate_limit_heartbeats: u32,
+
+    /// Grains one cluster may have placed per second by this replica, single or in batches (0 =
+    /// unlimited). One replica serves about 40,000 single placements a second and batches go
+    /// faster; 100,000 never limits a cluster that one replica could serve anyway, and stops a
+    /// runaway batch job from taking every other cluster's share.
+    #[arg(
+        long,
+        env = "ORACLE_RATE_LIMIT_PLACEMENTS",
+        default_value_t = Rates::DEFAULT.placements,
+        global = true
+    )]
+    pub rate_limit_placements: u32,
+
+    /// Edges one cluster may report per second to this replica (0 = unlimited). Reports are cheap
+    /// appends to a bounded buffer; 200,000 is 40 sampled edges a second from each of 5,000 silos,
+    /// or twenty full reports of 10,000 edges at once.
+    #[arg(
+        long,
+        env = "ORACLE_RATE_LIMIT_EDGES",
+        default_value_t = Rates::DEFAULT.edges,
+        global = true
+    )]
+    pub rate_limit_edges: u32,
+
     /// Log output: human-readable text or one JSON object per line.
     #[arg(long, env = "ORACLE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -208,6 +260,10 @@ pub struct Config {
     pub rng_seed: Option<u64>,
 }
 
+/// The highest rate limit accepted: beyond it a limit means nothing (no replica serves that much),
+/// and 0 says "unlimited" plainly.
+const MAX_RATE_PER_SECOND: u32 = 100_000_000;
+
 impl Config {
     /// Every problem with the configuration, one line each, naming the variable.
     pub fn validate(&self) -> Result<(), Vec<String>> {
@@ -246,6 +302,22 @@ impl Config {
             (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
             "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
         );
+        check(
+            (1..=1_000_000).contains(&self.max_concurrent_requests),
+            "ORACLE_MAX_CONCURRENT_REQUESTS must be from 1 to 1000000",
+        );
+        for (variable, rate) in [
+            ("ORACLE_RATE_LIMIT_HEARTBEATS", self.rate_limit_heartbeats),
+            ("ORACLE_RATE_LIMIT_PLACEMENTS", self.rate_limit_placements),
+            ("ORACLE_RATE_LIMIT_EDGES", self.rate_limit_edges),
+        ] {
+            check(
+                rate <= MAX_RATE_PER_SECOND,
+                &format!(
+                    "{variable} must be from 0 (unlimited) to {MAX_RATE_PER_SECOND} per second"
+                ),
+            );
+        }
         check(
             (1_000..=600_000).contains(&self.lease_ttl_ms),
             "ORACLE_LEASE_TTL_MS must be from 1000 to 600000 (ten minutes)",
@@ -390,6 +462,15 @@ impl Config {
         }
     }
 
+    /// The per-cluster rate limits (0 = unlimited).
+    pub fn rates(&self) -> Rates {
+        Rates {
+            heartbeats: self.rate_limit_heartbeats,
+            placements: self.rate_limit_placements,
+            edges: self.rate_limit_edges,
+        }
+    }
+
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.db_acquire_timeout_ms)
     }
@@ -418,6 +499,10 @@ impl fmt::Debug for Config {
             .field("max_silos_per_cluster", &self.max_silos_per_cluster)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("rate_limit_heartbeats", &self.rate_limit_heartbeats)
+            .field("rate_limit_placements", &self.rate_limit_placements)
+            .field("rate_limit_edges", &self.rate_limit_edges)
             .field("log_format", &self.log_format)
             .field("dns_listen", &self.dns_listen)
             .field("dns_zone", &self.dns_zone)
@@ -573,5 +658,23 @@ mod tests {
         let problems = config.validate().unwrap_err();
         assert!(problems[0].contains("ORACLE_SILO_TTL_MS"));
         assert!(problems[1].contains("ORACLE_DB_POOL_SIZE"));
+    }
+
+    #[test]
+    fn load_limits_are_checked_by_name_and_zero_rates_mean_unlimited() {
+        let mut config = Config::defaults();
+        config.rate_limit_heartbeats = 0;
+        config.rate_limit_placements = 0;
+        config.rate_limit_edges = 0;
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.rates(), Rates::UNLIMITED);
+        config.max_concurrent_requests = 0;
+        config.rate_limit_edges = u32::MAX;
+        let problems = config.validate().unwrap_err();
+        assert!(problems[0].contains("ORACLE_MAX_CONCURRENT_REQUESTS"));
+        assert!(problems[1].contains("ORACLE_RATE_LIMIT_EDGES"));
+        let shown = format!("{config:?}");
+        assert!(shown.contains("max_concurrent_requests: 0"));
+        assert!(shown.contains("rate_limit_edges: 4294967295"));
     }
 }

@@ -21,6 +21,8 @@
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
 //!   sessions); [`drain`]: where a drained silo's grains go (pure).
 //! - [`auth`]: cluster keys, the admin token and what each may do (pure).
+//! - [`rate_limit`]: per-cluster rate limits (a pure token bucket and the table of them); load
+//!   shedding is [`http::load_shedding`].
 //! - [`clock`], [`validation`], [`telemetry`]: time, input checks, logs and metrics.
 //!
 //! [`app`] builds the router for a given state (tests drive it in-process); [`serve`] runs it on
@@ -40,6 +42,7 @@ pub mod http;
 pub mod oracle;
 pub mod placement;
 pub mod policy;
+pub mod rate_limit;
 pub mod rebalancer;
 pub mod repartitioner;
 pub mod store;
@@ -138,13 +141,22 @@ pub async fn serve(
         );
     }
     let oracle = Arc::new(oracle);
+    // Rate limits measure this replica's own durations: the monotonic clock, which a step of the
+    // wall clock cannot fill or empty every bucket with.
+    let rate_limits = rate_limit::RateLimits::new(
+        config.rates(),
+        usize::try_from(config.max_clusters).unwrap_or(usize::MAX),
+        Arc::new(MonotonicClock::default()),
+    );
     let state = AppState {
         oracle: oracle.clone(),
         metrics: telemetry::metrics_handle(),
+        rate_limits: Arc::new(rate_limits),
     };
     let limits = Limits {
         request_timeout: config.request_timeout(),
         body_limit_bytes: config.body_limit_bytes,
+        max_concurrent_requests: config.max_concurrent_requests,
     };
     let mut background = Background::new();
     if let Some(address) = config.dns_listen {

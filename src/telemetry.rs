@@ -78,6 +78,8 @@ pub mod metric {
     pub const REPARTITIONER_TRACKED: &str = "oracle_repartitioner_tracked_edges";
     pub const REPARTITIONER_REMOTE: &str = "oracle_repartitioner_remote_fraction";
     pub const AUTH_DENIED: &str = "oracle_auth_denied_total";
+    pub const REQUESTS_SHED: &str = "oracle_requests_shed_total";
+    pub const RATE_LIMITED: &str = "oracle_rate_limited_total";
 
     pub(super) fn describe() {
         describe_counter!(
@@ -163,6 +165,14 @@ pub mod metric {
         describe_gauge!(
             REPARTITIONER_REMOTE,
             "Tracked call weight between grains on different silos ÷ all tracked weight, per cluster (last estimate)"
+        );
+        describe_counter!(
+            REQUESTS_SHED,
+            "Requests answered 503 at once because this replica had ORACLE_MAX_CONCURRENT_REQUESTS in flight"
+        );
+        describe_counter!(
+            RATE_LIMITED,
+            "Requests refused (429) because their cluster was over a rate limit, by kind (heartbeats, placements, edges)"
         );
         describe_histogram!(
             WEBHOOK_DURATION,
@@ -255,6 +265,17 @@ pub mod metric {
     pub fn repartitioner_state(cluster: &crate::cluster::ClusterName, tracked: usize, remote: f64) {
         gauge!(REPARTITIONER_TRACKED, "cluster" => cluster.to_string()).set(tracked as f64);
         gauge!(REPARTITIONER_REMOTE, "cluster" => cluster.to_string()).set(remote);
+    }
+
+    /// One request shed: the replica was at its concurrency limit.
+    pub fn request_shed() {
+        counter!(REQUESTS_SHED).increment(1);
+    }
+
+    /// One request over its cluster's rate limit. By kind only: a cluster label would let callers
+    /// mint series with every name they make up.
+    pub fn rate_limited(kind: &'static str) {
+        counter!(RATE_LIMITED, "kind" => kind).increment(1);
     }
 
     pub fn lease_taken() {

@@ -61,15 +61,15 @@ def main(base_url: str) -> None:
     # 0. The admin issues a key of the cluster, with both scopes; every later call uses it. A key that was never
     #    issued is refused (401), and the key cannot issue keys itself (403).
     admin = AuthenticatedClient(base_url=base_url, token=os.environ["ORACLE_ADMIN_TOKEN"], raise_on_unexpected_status=True)
-    issued = ok(issue_key.sync_detailed(cluster, client=admin, body=NewKeyRequest(
+    key = ok(issue_key.sync_detailed(cluster, client=admin, body=NewKeyRequest(
         scopes=[Scope.SILO, Scope.OPERATOR], label="python walk-through")), IssuedKeyResponse, 201)
-    assert issued.key.startswith(issued.starts_with) and issued.cluster == cluster, issued
-    client = AuthenticatedClient(base_url=base_url, token=issued.key, raise_on_unexpected_status=True,
+    assert key.key.startswith(key.starts_with) and key.cluster == cluster, key
+    client = AuthenticatedClient(base_url=base_url, token=key.key, raise_on_unexpected_status=True,
                                  httpx_args={"event_hooks": {"request": [record]}})
     stranger = AuthenticatedClient(base_url=base_url, token="pok_" + "0" * 16 + "_" + "0" * 64)
     bad(list_silos.sync_detailed(cluster, client=stranger), 401)
     bad(issue_key.sync_detailed(cluster, client=client, body=NewKeyRequest(scopes=[Scope.SILO])), 403)
-    print(f"0. key {issued.id} issued with scopes {[s.value for s in issued.scopes]}")
+    print(f"0. key {key.id} issued with scopes {[s.value for s in key.scopes]}")
 
     # a. Three silos report their load; the third reports only its CPU. The first two have role "storage".
     for i, silo in enumerate(silos):

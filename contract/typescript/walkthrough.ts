@@ -53,13 +53,13 @@ async function main(baseUrl: string): Promise<void> {
   const token = process.env["ORACLE_ADMIN_TOKEN"];
   assert(token !== undefined && token !== "", "ORACLE_ADMIN_TOKEN is set");
   const admin = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${token}` } });
-  const issued = ok(await admin.POST("/v1/clusters/{cluster}/keys",
+  const key = ok(await admin.POST("/v1/clusters/{cluster}/keys",
     { params: { path }, body: { scopes: ["silo", "operator"], label: "typescript walk-through" } }), 201);
-  assert(issued.key.startsWith(issued.starts_with) && issued.cluster === cluster, "the key is the cluster's");
-  const client = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${issued.key}` } });
+  assert(key.key.startsWith(key.starts_with) && key.cluster === cluster, "the key is the cluster's");
+  const client = createClient<paths>({ baseUrl, headers: { Authorization: `Bearer ${key.key}` } });
   bad(await createClient<paths>({ baseUrl }).GET("/v1/clusters/{cluster}/silos", { params: { path } }), 401);
   bad(await client.POST("/v1/clusters/{cluster}/keys", { params: { path }, body: { scopes: ["silo"] } }), 403);
-  console.log(`0. key ${issued.id} issued with scopes ${issued.scopes.join()}`);
+  console.log(`0. key ${key.id} issued with scopes ${key.scopes.join()}`);
 
   // a. Three silos report their load; the third reports only its CPU. The first two have role "storage".
   for (const [i, id] of silos.entries()) {

@@ -15,7 +15,8 @@
 //!   checked against these very schemas ([`super::extract::ApiJson`]), so a body the spec calls
 //!   valid is one the server's schema check accepts and vice versa.
 //! - **Responses say what comes back.** Each error response shows an example of that error,
-//!   every response documents `x-request-id`, 429 and 503 document `Retry-After`.
+//!   every response documents `x-request-id`, 429 and 503 document `Retry-After`; every operation
+//!   that may be shed says so in its 503.
 
 use std::collections::BTreeSet;
 
@@ -41,6 +42,7 @@ pub fn publish(mut doc: Value) -> Value {
     apply_parameter_rules(&mut doc);
     title_union_variants(&mut doc);
     declare_credentials(&mut doc);
+    document_load_shedding(&mut doc);
     document_responses(&mut doc);
     link_operations(&mut doc);
     doc["info"]["license"] =
@@ -680,6 +682,39 @@ fn pascal_case(snake: &str) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Responses.
+
+/// Any operation but health, readiness and metrics may be shed (503 `concurrency-limit-reached`,
+/// see [`super::load_shedding`]): said here once for all of them rather than in every handler.
+fn document_load_shedding(doc: &mut Value) {
+    const SHED: &str = "this replica is at ORACLE_MAX_CONCURRENT_REQUESTS requests in flight";
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        if super::load_shedding::EXEMPT_PATHS.contains(&path.as_str()) {
+            continue;
+        }
+        let operations = item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|m| m.values_mut());
+        for responses in operations.filter_map(|op| op.get_mut("responses")?.as_object_mut()) {
+            let response = responses.entry("503").or_insert_with(|| {
+                json!({
+                    "description": "",
+                    "content": {super::error::PROBLEM_JSON: {"schema": {"$ref": format!("{SCHEMA_REF}Problem")}}},
+                })
+            });
+            let said = response["description"].as_str().unwrap_or_default();
+            response["description"] = json!(match said.strip_suffix("; retry") {
+                Some(cause) => format!("{cause}, or {SHED}; retry"),
+                None if said.is_empty() =>
+                    format!("{}{}; retry", SHED[..1].to_uppercase(), &SHED[1..]),
+                None => format!("{said}; or {SHED}"),
+            });
+        }
+    }
+}
 
 fn document_responses(doc: &mut Value) {
     for operation in operations(doc) {

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::cluster::HeartbeatRejection;
 use crate::oracle::OracleError;
 use crate::placement::PlacementError;
+use crate::rate_limit::{Kind, RateLimited, Rates};
 use crate::store::{LimitReached, StoreError};
 use crate::validation::{FieldError, Invalid};
 
@@ -141,6 +142,18 @@ impl ApiError {
         )
     }
 
+    /// Load shedding (see [`super::load_shedding`]): distinct from `overloaded` (store calls
+    /// queued), since raising a different setting helps.
+    pub fn concurrency_limit_reached(max: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "concurrency-limit-reached",
+            "Too many requests in flight",
+            format!("this replica is already serving {max} requests (ORACLE_MAX_CONCURRENT_REQUESTS) and answers more at once rather than queueing them; retry shortly, on another replica if there is one"),
+        )
+        .retry_after(1)
+    }
+
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -242,6 +255,19 @@ impl From<PlacementError> for ApiError {
             )
             .retry_after(1),
         }
+    }
+}
+
+impl From<RateLimited> for ApiError {
+    fn from(limited: RateLimited) -> Self {
+        let seconds = limited.retry_after_ms.div_ceil(1_000).max(1);
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "The cluster is over its rate limit",
+            limited.to_string(),
+        )
+        .retry_after(u32::try_from(seconds).unwrap_or(u32::MAX))
     }
 }
 
@@ -517,6 +543,19 @@ pub fn example_problem(operation_id: &str, status: &str) -> Option<serde_json::V
         )
         .into(),
         "428" => ApiError::if_match_required(),
+        "429" if operation_id != "post_heartbeat" => {
+            let (kind, per_second) = match operation_id {
+                "post_edges" => (Kind::Edges, Rates::DEFAULT.edges),
+                _ => (Kind::Placements, Rates::DEFAULT.placements),
+            };
+            RateLimited {
+                kind,
+                cluster: crate::cluster::ClusterName::parse("demo").ok()?,
+                per_second,
+                retry_after_ms: 10,
+            }
+            .into()
+        }
         "429" => StoreError::Limit(LimitReached::Silos {
             cluster: "demo".into(),
             max: 5_000,

@@ -209,7 +209,7 @@ impl HeartbeatRequest {
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "A new silo in a cluster at ORACLE_MAX_SILOS_PER_CLUSTER; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A new silo in a cluster at ORACLE_MAX_SILOS_PER_CLUSTER, or the cluster is over ORACLE_RATE_LIMIT_HEARTBEATS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -218,6 +218,7 @@ pub async fn post_heartbeat(
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<SiloResponse>, ApiError> {
+    state.rate_limits.heartbeat(&cluster)?;
     let heartbeat = request.validate()?;
     let snapshot = state.oracle.heartbeat(&cluster, heartbeat).await?;
     Ok(Json(SiloResponse::from(&snapshot)))

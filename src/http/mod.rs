@@ -7,6 +7,7 @@ pub mod auth;
 mod contract;
 pub mod error;
 pub mod extract;
+pub mod load_shedding;
 mod middleware;
 
 mod activations;
@@ -39,12 +40,16 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::oracle::Oracle;
+use crate::rate_limit::RateLimits;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
     pub oracle: Arc<Oracle>,
     pub metrics: PrometheusHandle,
+    /// Per-cluster rate limits, shared by every handler of the replica (each limited handler asks
+    /// it right after parsing the cluster name).
+    pub rate_limits: Arc<RateLimits>,
 }
 
 /// Limits applied to every request.
@@ -52,6 +57,9 @@ pub struct AppState {
 pub struct Limits {
     pub request_timeout: Duration,
     pub body_limit_bytes: usize,
+    /// Requests in flight beyond which the next is shed (503), except health, readiness and
+    /// metrics ([`load_shedding`]).
+    pub max_concurrent_requests: usize,
 }
 
 #[derive(OpenApi)]
@@ -162,10 +170,15 @@ pub fn app(state: AppState, limits: Limits) -> Router {
 
     // Per-route layers, outermost first. They sit inside routing so that the span and the metrics
     // see the matched route template (ids never reach logs or labels), and they wrap the panic catcher and the timeout so that panics and
-    // timeouts are counted like any other answer.
+    // timeouts are counted like any other answer. Load shedding comes next, so that shed requests
+    // are logged and counted too, but before anything that does work for the request.
     let per_route = ServiceBuilder::new()
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(axum::middleware::from_fn(middleware::record_metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            load_shedding::InFlight::new(limits.max_concurrent_requests),
+            load_shedding::shed_load,
+        ))
         .layer(CatchPanicLayer::custom(middleware::panic_response))
         .layer(axum::middleware::from_fn_with_state(
             limits.request_timeout,

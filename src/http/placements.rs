@@ -176,6 +176,7 @@ pub struct PlacementBatchResponse {
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -184,6 +185,7 @@ pub async fn post_placement(
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<PlacementRequest>,
 ) -> Result<Json<PlacementResponse>, ApiError> {
+    state.rate_limits.placements(&cluster, 1)?;
     let request = request.validate("")?;
     let placement = state.oracle.place(&cluster, request).await?;
     Ok(Json(placement.into()))
@@ -207,6 +209,7 @@ pub async fn post_placement(
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named (e.g. `placements[3].grain`)", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica (each grain of the batch counts); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -215,6 +218,9 @@ pub async fn post_placement_batch(
     Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<PlacementBatchRequest>,
 ) -> Result<Json<PlacementBatchResponse>, ApiError> {
+    state
+        .rate_limits
+        .placements(&cluster, batch.placements.len())?;
     let (requests, listings) = validate_batch(batch)?;
     let results = state.oracle.place_many(&cluster, &requests).await?;
     let items: Vec<PlacementBatchItem> = requests

@@ -186,6 +186,7 @@ impl From<RepartitionerRound> for RoundResponse {
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_EDGES on this replica (each edge of the report counts); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -194,6 +195,7 @@ pub async fn post_edges(
     Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<EdgeBatch>,
 ) -> Result<(StatusCode, Json<EdgesAccepted>), ApiError> {
+    state.rate_limits.edges(&cluster, batch.edges.len())?;
     let mut v = Violations::default();
     if batch.edges.is_empty() || batch.edges.len() > MAX_EDGES {
         v.add(

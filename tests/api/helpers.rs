@@ -13,6 +13,7 @@ use placement_oracle::clock::MonotonicClock;
 use placement_oracle::config::Secret;
 use placement_oracle::oracle::{Credentials, Oracle, Replica};
 use placement_oracle::placement::webhook_hosts::WebhookHosts;
+use placement_oracle::rate_limit::{RateLimits, Rates};
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
@@ -30,6 +31,8 @@ pub const TTL_MS: i64 = 10_000;
 pub const LEASE_TTL_MS: i64 = 2_000;
 /// Where every test clock starts (2023-11-14T22:13:20Z).
 pub const START_MS: i64 = 1_700_000_000_000;
+/// Requests in flight before a test app sheds load: production's default.
+pub const MAX_CONCURRENT_REQUESTS: usize = 1_024;
 /// Which store an app runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -359,10 +362,18 @@ impl TestApp {
         let limits = Limits {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes,
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
         };
-        Self::build(store, database, cluster, seed, limits, clock, |oracle| {
-            oracle
-        })
+        Self::build(
+            store,
+            database,
+            cluster,
+            seed,
+            limits,
+            Rates::DEFAULT,
+            clock,
+            |oracle| oracle,
+        )
     }
 
     /// An app that asks every cluster route for a credential: [`ADMIN_TOKEN`] or a key it issued,
@@ -383,6 +394,7 @@ impl TestApp {
         let limits = Limits {
             request_timeout: Duration::from_secs(30),
             body_limit_bytes: 1 << 20,
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
         };
         Self::build(
             self.oracle.store_handle(),
@@ -390,6 +402,7 @@ impl TestApp {
             self.cluster.clone(),
             7,
             limits,
+            Rates::DEFAULT,
             self.clock.clone(),
             configure,
         )
@@ -436,10 +449,19 @@ impl TestApp {
 
     /// An embedded-store app that answers every request within `timeout`.
     pub fn with_request_timeout(timeout: Duration) -> Self {
-        let limits = Limits {
-            request_timeout: timeout,
-            body_limit_bytes: 1 << 20,
-        };
+        Self::limited(
+            Limits {
+                request_timeout: timeout,
+                body_limit_bytes: 1 << 20,
+                max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+            },
+            Rates::DEFAULT,
+        )
+    }
+
+    /// An embedded-store app with these limits and per-cluster rates; its rate limits run on the
+    /// app's manual clock, so a test decides exactly when buckets refill.
+    pub fn limited(limits: Limits, rates: Rates) -> Self {
         let clock = ManualClock::starting_at(START_MS);
         Self::build(
             memory_store(&clock),
@@ -447,6 +469,7 @@ impl TestApp {
             unique_cluster(),
             1,
             limits,
+            rates,
             clock,
             |oracle| oracle,
         )
@@ -458,6 +481,7 @@ impl TestApp {
         cluster: String,
         seed: u64,
         limits: Limits,
+        rates: Rates,
         clock: ManualClock,
         configure: impl FnOnce(Oracle) -> Oracle,
     ) -> Self {
@@ -470,9 +494,11 @@ impl TestApp {
         let oracle = Arc::new(configure(
             Oracle::new(store, Some(seed)).with_replica(replica),
         ));
+        let rate_limits = RateLimits::new(rates, 10_000, Arc::new(clock.clone()));
         let state = AppState {
             oracle: oracle.clone(),
             metrics: telemetry::metrics_handle(),
+            rate_limits: Arc::new(rate_limits),
         };
         Self {
             router: app(state, limits),

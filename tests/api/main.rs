@@ -5,7 +5,8 @@
 //! promise was found broken; `faults` runs two replicas through store outages (via `proxy`);
 //! `inputs` checks that bad input always gets a 4xx problem; `openapi` keeps the committed spec in
 //! step with the code; `ops` covers health, readiness, metrics and graceful shutdown; `webhooks`
-//! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size).
+//! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size);
+//! `limits` covers load shedding and per-cluster rate limits.
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
 macro_rules! for_both_stores {
@@ -25,6 +26,7 @@ mod drains;
 mod faults;
 mod helpers;
 mod inputs;
+mod limits;
 mod migrations;
 mod openapi;
 mod ops;

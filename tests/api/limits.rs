@@ -1,0 +1,253 @@
+//! Load shedding (a replica at ORACLE_MAX_CONCURRENT_REQUESTS answers 503 at once) and per-cluster
+//! rate limits (429 with Retry-After, one bucket per cluster, refilled by the app's clock).
+
+use std::time::Duration;
+
+use axum::http::{header, Method, StatusCode};
+use placement_oracle::rate_limit::Rates;
+use placement_oracle::Limits;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use crate::helpers::{Reply, TestApp, MAX_CONCURRENT_REQUESTS};
+
+fn limits(max_concurrent_requests: usize) -> Limits {
+    Limits {
+        request_timeout: Duration::from_secs(30),
+        body_limit_bytes: 1 << 20,
+        max_concurrent_requests,
+    }
+}
+
+/// The `Retry-After` header, in seconds.
+fn retry_after(reply: &Reply) -> u64 {
+    reply.headers[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A placement webhook on a real socket that reports each question it gets on the returned
+/// receiver and answers only once the gate is opened (then at once, with the first candidate).
+async fn gated_webhook() -> (String, mpsc::UnboundedReceiver<()>, watch::Sender<bool>) {
+    use axum::routing::post;
+    let (asked, questions) = mpsc::unbounded_channel();
+    let (gate, opened) = watch::channel(false);
+    let app = axum::Router::new().route(
+        "/choose",
+        post(move |axum::Json(question): axum::Json<Value>| {
+            let (asked, mut opened) = (asked.clone(), opened.clone());
+            async move {
+                let _ = asked.send(());
+                let _ = opened.wait_for(|open| *open).await;
+                axum::Json(json!({ "silo": question["candidates"][0]["silo"] }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}/choose"), questions, gate)
+}
+
+#[tokio::test]
+async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_health_checks() {
+    let app = TestApp::limited(limits(1), Rates::DEFAULT);
+    app.heartbeat("a@1", json!({})).await;
+    let (url, mut questions, gate) = gated_webhook().await;
+    let policy = json!({ "grain_types": { "user": {
+        "strategy": "webhook",
+        "options": { "webhook": { "url": url, "timeout_ms": 2_000, "fallback": "hash_based" } }
+    } } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+
+    // One placement in flight: it waits for the webhook, which waits for the gate.
+    let held = tokio::spawn({
+        let app = app.clone();
+        async move {
+            app.post("/placements", json!({ "grain": "user/held" }))
+                .await
+        }
+    });
+    questions
+        .recv()
+        .await
+        .expect("the held placement asks the webhook");
+
+    let shed = app.post("/placements", json!({ "grain": "order/1" })).await;
+    let problem = shed.problem(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        problem["type"],
+        "urn:placement-oracle:problem:concurrency-limit-reached"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ORACLE_MAX_CONCURRENT_REQUESTS"),
+        "{problem}"
+    );
+    assert_eq!(retry_after(&shed), 1);
+    assert_eq!(
+        app.get("/silos").await.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "any other route is shed too"
+    );
+    for exempt in ["/healthz", "/readyz", "/metrics"] {
+        let reply = app.send(Method::GET, exempt, None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{exempt} is never shed");
+    }
+
+    gate.send(true).unwrap();
+    let held = held.await.unwrap();
+    assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+    app.place("order/1").await;
+    app.place("user/after").await;
+
+    let metrics = app.send(Method::GET, "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    assert!(text.contains("oracle_requests_shed_total"), "{text}");
+    assert!(
+        text.contains(r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="503"}"#),
+        "shed requests are counted by route like any answer"
+    );
+}
+
+#[tokio::test]
+async fn heartbeats_over_the_limit_are_refused_per_cluster_until_the_bucket_refills() {
+    let rates = Rates {
+        heartbeats: 2,
+        ..Rates::DEFAULT
+    };
+    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    app.heartbeat("a@1", json!({})).await;
+    app.heartbeat("b@1", json!({})).await;
+
+    let refused = app.try_heartbeat("a@1", json!({})).await;
+    let problem = refused.problem(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(problem["type"], "urn:placement-oracle:problem:rate-limited");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("`{}`", app.cluster))
+            && detail.contains("ORACLE_RATE_LIMIT_HEARTBEATS"),
+        "names the cluster and the setting to raise: {detail}"
+    );
+    // One heartbeat every 500 ms: Retry-After rounds up to whole seconds.
+    assert_eq!(retry_after(&refused), 1);
+
+    let other = app
+        .send(
+            Method::POST,
+            "/v1/clusters/another-cluster/heartbeats",
+            Some(json!({ "silo": "a@1" })),
+        )
+        .await;
+    assert_eq!(
+        other.status,
+        StatusCode::OK,
+        "another cluster has its own bucket"
+    );
+
+    app.clock.advance_ms(499);
+    assert_eq!(
+        app.try_heartbeat("a@1", json!({})).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    app.clock.advance_ms(1);
+    app.heartbeat("a@1", json!({})).await;
+}
+
+#[tokio::test]
+async fn placements_count_the_grains_of_a_batch_and_edges_the_edges_of_a_report() {
+    let rates = Rates {
+        placements: 5,
+        edges: 3,
+        ..Rates::DEFAULT
+    };
+    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    app.heartbeat("a@1", json!({})).await;
+    let batch = |grains: std::ops::Range<u32>| {
+        let placements: Vec<Value> = grains
+            .map(|i| json!({ "grain": format!("user/{i}") }))
+            .collect();
+        json!({ "placements": placements })
+    };
+
+    assert_eq!(
+        app.post("/placements/batch", batch(0..3)).await.status,
+        StatusCode::OK
+    );
+    // Two grains left in the bucket: three more are refused, two are not.
+    let refused = app.post("/placements/batch", batch(3..6)).await;
+    assert!(refused.problem(StatusCode::TOO_MANY_REQUESTS)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("ORACLE_RATE_LIMIT_PLACEMENTS"));
+    assert_eq!(retry_after(&refused), 1);
+    assert_eq!(
+        app.post("/placements/batch", batch(3..5)).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.post("/placements", json!({ "grain": "user/5" }))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // A batch larger than the bucket goes through once the bucket is full, and is paid back
+    // before anything else is admitted: 8 grains at 5/s leave 3 of debt.
+    app.clock.advance_ms(1_000);
+    assert_eq!(
+        app.post("/placements/batch", batch(10..18)).await.status,
+        StatusCode::OK
+    );
+    let in_debt = app.post("/placements", json!({ "grain": "user/5" })).await;
+    assert_eq!(in_debt.status, StatusCode::TOO_MANY_REQUESTS);
+    app.clock.advance_ms(799);
+    assert_eq!(
+        app.post("/placements", json!({ "grain": "user/5" }))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    app.clock.advance_ms(1);
+    app.place("user/5").await;
+
+    let edges = |n: u32| {
+        let edges: Vec<Value> = (0..n)
+            .map(|i| json!({ "from": format!("user/{i}"), "to": "user/hub", "count": 1 }))
+            .collect();
+        json!({ "edges": edges })
+    };
+    assert_eq!(
+        app.post("/edges", edges(2)).await.status,
+        StatusCode::ACCEPTED
+    );
+    let refused = app.post("/edges", edges(2)).await;
+    assert!(refused.problem(StatusCode::TOO_MANY_REQUESTS)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("ORACLE_RATE_LIMIT_EDGES"));
+    assert_eq!(
+        app.post("/edges", edges(1)).await.status,
+        StatusCode::ACCEPTED
+    );
+
+    let metrics = app.send(Method::GET, "/metrics", None).await;
+    let text = metrics.body.as_str().unwrap();
+    for kind in ["placements", "edges"] {
+        let series = format!("oracle_rate_limited_total{{kind=\"{kind}\"}}");
+        assert!(text.contains(&series), "missing {series} in\n{text}");
+    }
+    assert!(
+        !text.lines().any(
+            |line| line.starts_with("oracle_rate_limited_total") && line.contains(&app.cluster)
+        ),
+        "no cluster label on the rate-limit metric"
+    );
+}
