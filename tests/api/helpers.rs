@@ -369,8 +369,7 @@ impl TestApp {
             database,
             cluster,
             seed,
-            limits,
-            Rates::DEFAULT,
+            (limits, Rates::DEFAULT),
             clock,
             |oracle| oracle,
         )
@@ -401,8 +400,7 @@ impl TestApp {
             self._database.clone(),
             self.cluster.clone(),
             7,
-            limits,
-            Rates::DEFAULT,
+            (limits, Rates::DEFAULT),
             self.clock.clone(),
             configure,
         )
@@ -468,8 +466,7 @@ impl TestApp {
             None,
             unique_cluster(),
             1,
-            limits,
-            rates,
+            (limits, rates),
             clock,
             |oracle| oracle,
         )
@@ -480,8 +477,7 @@ impl TestApp {
         database: Option<Arc<TestDatabase>>,
         cluster: String,
         seed: u64,
-        limits: Limits,
-        rates: Rates,
+        (limits, rates): (Limits, Rates),
         clock: ManualClock,
         configure: impl FnOnce(Oracle) -> Oracle,
     ) -> Self {
