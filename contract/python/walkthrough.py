@@ -169,17 +169,18 @@ def main(base_url: str) -> None:
     assert all(r.placement and r.placement.silo == silos[2] for r in hinted.results), hinted
     drained = ok(drain_silo.sync_detailed(cluster, silos[2], client=client), DrainResponse)
     assert drained.silo.status == SiloStatus.SHUTTING_DOWN and isinstance(drained.silo.drain, DrainProgress)
+    # The answer counts what this request issued; the lease holder's mover may have issued them a moment before it.
     issued = sum(t.migrations for t in drained.issued)
-    assert issued == 5 and all(t.silo in silos[:2] for t in drained.issued), drained.issued
+    assert issued in (0, 5) and all(t.silo in silos[:2] for t in drained.issued), drained.issued
     page = ok(list_migrations.sync_detailed(cluster, client=client, silo=silos[2], limit=1000), MigrationPage)
-    assert len(page.migrations) == issued and page.next_cursor is None
+    assert len(page.migrations) == 5 and page.next_cursor is None, page.migrations
     for m in page.migrations:
         moved = ok(complete_migration.sync_detailed(cluster, m.id, client=client), MigrationCompleted)
         assert moved.migration.id == m.id and moved.epoch > m.epoch and m.reason == MigrationReason.DRAIN
     after = ok(get_silo.sync_detailed(cluster, silos[2], client=client), SiloResponse)
     assert isinstance(after.drain, DrainProgress), f"drain not read: {after.drain}"
     assert (after.drain.remaining_activations, after.drain.migrating) == (0, 0), after.drain
-    print(f"j. drained {silos[2]} (planner {drained.planner}): {issued} grains moved, none left")
+    print(f"j. drained {silos[2]} (planner {drained.planner}): {len(page.migrations)} grains moved, none left")
     print("python walk-through: OK")
 
 

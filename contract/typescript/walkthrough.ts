@@ -178,11 +178,13 @@ async function main(baseUrl: string): Promise<void> {
   const drained = present(ok(await client.POST("/v1/clusters/{cluster}/silos/{silo}/drain", siloPath)),
     { silo: true, planner: true, issued: true, stuck: true });
   assert(silo(drained.silo).status === "shutting_down" && drained.silo.drain !== null, "drained");
+  // The answer counts what this request issued; the lease holder's mover may have issued them a moment before it.
   const issued = drained.issued.reduce((n, t) => n + t.migrations, 0);
-  assert(issued === 5 && drained.issued.every((t) => silos.slice(0, 2).some((s) => s === t.silo)), "5 issued");
+  assert((issued === 0 || issued === 5) && drained.issued.every((t) => silos.slice(0, 2).some((s) => s === t.silo)),
+    "issued to the other silos");
   const open = ok(await client.GET("/v1/clusters/{cluster}/migrations",
     { params: { path, query: { silo: silos[2], limit: 1000 } } }));
-  assert(open.migrations.length === issued && open.next_cursor === null, "the issued migrations are open");
+  assert(open.migrations.length === 5 && open.next_cursor === null, "the five migrations are open");
   for (const m of open.migrations) {
     const moved = ok(await client.POST("/v1/clusters/{cluster}/migrations/{id}/complete",
       { params: { path: { cluster, id: m.id } } }));
@@ -190,7 +192,7 @@ async function main(baseUrl: string): Promise<void> {
   }
   const after = silo(ok(await client.GET("/v1/clusters/{cluster}/silos/{silo}", siloPath)));
   assert(after.drain?.remaining_activations === 0 && after.drain.migrating === 0, JSON.stringify(after.drain));
-  console.log(`j. drained ${silos[2]} (planner ${drained.planner}): ${issued} grains moved, none left`);
+  console.log(`j. drained ${silos[2]} (planner ${drained.planner}): ${open.migrations.length} grains moved, none left`);
   console.log("typescript walk-through: OK");
 }
 
