@@ -145,12 +145,19 @@ pub fn new_key(rng: &mut impl rand::RngCore) -> (String, Secret) {
 pub fn key_id(presented: &str) -> Option<&str> {
     let rest = presented.strip_prefix(KEY_PREFIX)?;
     let (id, secret) = rest.split_once('_')?;
-    let is_hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some(id)
+    (is_key_id(id) && is_lower_hex(secret, SECRET_HEX)).then_some(id)
+}
+
+/// Whether `id` could name a key (16 lower-case hex digits).
+pub fn is_key_id(id: &str) -> bool {
+    is_lower_hex(id, ID_HEX)
+}
+
+fn is_lower_hex(text: &str, len: usize) -> bool {
+    text.len() == len
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn hex(bytes: &[u8]) -> String {

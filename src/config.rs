@@ -384,13 +384,14 @@ impl Config {
         self.admin_token.is_none() && self.admin_token_file.is_none()
     }
 
-    /// The hosts webhooks may call: the configured list, and loopback hosts in open mode (where
-    /// anyone who can write a policy is already on this machine). With an admin token, only the
-    /// list: a cluster key's holder must not reach the oracle's own neighbours.
+    /// The hosts webhooks may call: the configured list, and loopback hosts in open mode on a
+    /// loopback address (where anyone who can write a policy is already on this machine). With an
+    /// admin token, or open on a public address (`--insecure-open`), only the list: a caller must
+    /// not reach the oracle's own neighbours.
     pub fn webhook_hosts(&self) -> Result<crate::placement::webhook_hosts::WebhookHosts, String> {
         crate::placement::webhook_hosts::WebhookHosts::parse(
             self.webhook_allowed_hosts.as_deref().unwrap_or_default(),
-            self.open_mode(),
+            self.open_mode() && !self.insecure_open,
         )
     }
 
@@ -412,6 +413,9 @@ impl Config {
     /// Reads the admin token from `ORACLE_ADMIN_TOKEN_FILE` when that is how it is given, so
     /// that afterwards `admin_token` alone says it. Fails naming the file (never its content).
     pub fn load_secrets(&mut self) -> Result<(), String> {
+        if self.admin_token.is_some() && self.admin_token_file.is_some() {
+            return Err("set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both".to_owned());
+        }
         if let Some(path) = self.admin_token_file.take() {
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 format!(
@@ -618,7 +622,9 @@ mod tests {
             config.admin_token.as_ref().map(Secret::expose),
             Some("0123456789abcdef0123456789abcdef")
         );
-        config.admin_token_file = Some(path);
+        config.admin_token_file = Some(path.clone());
+        assert!(config.load_secrets().unwrap_err().contains("not both"));
+        config.admin_token = None;
         assert!(config
             .load_secrets()
             .unwrap_err()
@@ -635,6 +641,13 @@ mod tests {
         let open = config.webhook_hosts().unwrap();
         assert!(open.allows(&url("http://127.0.0.1:1/")).is_ok());
         assert!(open.allows(&url("http://hook.internal:9000/")).is_ok());
+        config.insecure_open = true;
+        let public = config.webhook_hosts().unwrap();
+        assert!(
+            public.allows(&url("http://127.0.0.1:1/")).is_err(),
+            "open on a public address"
+        );
+        config.insecure_open = false;
         config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
         let admin = config.webhook_hosts().unwrap();
         assert!(admin.allows(&url("http://127.0.0.1:1/")).is_err());

@@ -53,7 +53,11 @@ impl FromRequestParts<AppState> for Cluster {
             .get::<MatchedPath>()
             .map(|path| path.as_str())
             .unwrap_or_default();
-        let access = required_access(&parts.method, route);
+        // A cluster route that declares no security is admin-only, never public.
+        let access = match required_access(&parts.method, route) {
+            Access::Public => Access::Admin,
+            declared => declared,
+        };
         let bearer = bearer(parts);
         let caller = state
             .oracle
@@ -92,6 +96,12 @@ fn denied(denial: Denial) -> ApiError {
 pub fn required_access(method: &Method, route: &str) -> Access {
     static TABLE: OnceLock<HashMap<(String, String), Access>> = OnceLock::new();
     let table = TABLE.get_or_init(|| declared_access(super::openapi()));
+    // axum answers HEAD with the GET handler; it asks what GET asks.
+    let method = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    };
     // axum spells a catch-all `{*grain}`; the document says `{grain}`.
     let key = (
         method.as_str().to_ascii_lowercase(),

@@ -193,7 +193,8 @@ pub async fn revoke_key(
     Cluster(cluster): Cluster,
     ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    if state.oracle.revoke_key(&cluster, &id).await? {
+    // An id that no key could have is not looked up (nor sent to the database as it is).
+    if crate::auth::is_key_id(&id) && state.oracle.revoke_key(&cluster, &id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!(

@@ -5,6 +5,7 @@
 //! revoked through this replica stops working at once; through another replica, within that TTL.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,9 @@ pub struct Credentials {
     admin: Option<(Secret, KeyHasher)>,
     ttl: Duration,
     cache: Mutex<HashMap<String, (Instant, StoredKey)>>,
+    /// Grows with every revocation through this replica. A lookup that began before one does not
+    /// fill the cache: it may have read the key just before the revocation deleted it.
+    revocations: AtomicU64,
 }
 
 impl Credentials {
@@ -35,6 +39,7 @@ impl Credentials {
             admin: Some((admin_token, hasher)),
             ttl,
             cache: Mutex::default(),
+            revocations: AtomicU64::new(0),
         }
     }
 
@@ -50,11 +55,16 @@ impl Credentials {
         (at.elapsed() < self.ttl).then(|| key.clone())
     }
 
-    fn remember(&self, key: &StoredKey) {
+    /// Keeps `key`, read by a lookup that began at revocation count `seen`, unless a revocation
+    /// happened since (checked under the cache's lock, which revocations take too).
+    fn remember(&self, key: &StoredKey, seen: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut cache = self.cache();
+        if self.revocations.load(Ordering::SeqCst) != seen {
+            return;
+        }
         if cache.len() >= CACHED_KEYS {
             cache.clear();
         }
@@ -115,6 +125,7 @@ impl Oracle {
         let key = match self.credentials.cached(id) {
             Some(key) => key,
             None => {
+                let seen = self.credentials.revocations.load(Ordering::SeqCst);
                 let found = self
                     .store
                     .key(id)
@@ -123,7 +134,7 @@ impl Oracle {
                 let Some(key) = found else {
                     return Err(invalid());
                 };
-                self.credentials.remember(&key);
+                self.credentials.remember(&key, seen);
                 key
             }
         };
@@ -172,7 +183,10 @@ impl Oracle {
     /// Revokes the cluster's key `id`: at once on this replica. `false` when there is no such key.
     pub async fn revoke_key(&self, cluster: &ClusterName, id: &str) -> Result<bool, OracleError> {
         let revoked = self.store.revoke_key(cluster, id).await?;
-        self.credentials.cache().remove(id);
+        let mut cache = self.credentials.cache();
+        self.credentials.revocations.fetch_add(1, Ordering::SeqCst);
+        cache.remove(id);
+        drop(cache);
         if revoked {
             tracing::info!(cluster = %cluster, key = %id, "cluster key revoked");
         }

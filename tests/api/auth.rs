@@ -230,7 +230,13 @@ async fn a_key_lives_from_issue_to_revocation(backend: Backend) {
         .send_as(Some(&key), Method::POST, &heartbeats, Some(beat.clone()))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    let mistyped = format!("{}0", &key[..key.len() - 1]);
+    let reply = app
+        .send_as(Some(&key), Method::HEAD, &app.path("/silos"), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "HEAD asks what GET asks");
+    // The last hex digit changed (to one it is not).
+    let last = if key.ends_with('0') { '1' } else { '0' };
+    let mistyped = format!("{}{last}", &key[..key.len() - 1]);
     let reply = app
         .send_as(
             Some(&mistyped),
@@ -262,6 +268,19 @@ async fn a_key_lives_from_issue_to_revocation(backend: Backend) {
         .send_as(Some(ADMIN_TOKEN), Method::DELETE, &revoke, None)
         .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    let reply = app
+        .send_as(
+            Some(ADMIN_TOKEN),
+            Method::DELETE,
+            &app.path("/keys/%00"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::NOT_FOUND,
+        "an id no key could have"
+    );
     let listed = app
         .send_as(Some(ADMIN_TOKEN), Method::GET, &keys, None)
         .await;
