@@ -164,16 +164,17 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hashes keys with HMAC-SHA-256 under a secret of the deployment (derived from the admin token):
-/// every replica computes the same hash, and the stored hashes are useless without that secret.
+/// Hashes keys with HMAC-SHA-256 under a secret of the deployment (`ORACLE_KEY_HASH_SECRET`, else
+/// the admin token): every replica computes the same hash, and the stored hashes are useless
+/// without that secret.
 #[derive(Clone)]
 pub struct KeyHasher {
     mac: Hmac<Sha256>,
 }
 
 impl KeyHasher {
-    pub fn new(admin_token: &Secret) -> Self {
-        let mut derive = Hmac::<Sha256>::new_from_slice(admin_token.expose().as_bytes())
+    pub fn new(secret: &Secret) -> Self {
+        let mut derive = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
             .expect("HMAC takes a key of any length");
         derive.update(b"placement-oracle cluster key hashing v1");
         let pepper = derive.finalize().into_bytes();

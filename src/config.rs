@@ -233,6 +233,16 @@ pub struct Config {
     #[arg(long, env = "ORACLE_ADMIN_TOKEN_FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
 
+    /// The secret cluster keys are hashed under; unset means one derived from the admin token.
+    /// Set it (the same on every replica) to rotate the admin token without invalidating keys.
+    #[arg(
+        long,
+        env = "ORACLE_KEY_HASH_SECRET",
+        global = true,
+        hide_env_values = true
+    )]
+    pub key_hash_secret: Option<Secret>,
+
     /// How long this replica trusts a cluster key it looked up (ms) before reading it again: a key
     /// revoked through another replica stops working here this much later. 0 reads every time.
     #[arg(
@@ -355,6 +365,13 @@ impl Config {
             self.admin_token.is_none() || self.admin_token_file.is_none(),
             "set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both",
         );
+        if let Some(secret) = &self.key_hash_secret {
+            check(
+                secret.is_strong(),
+                "ORACLE_KEY_HASH_SECRET must be 24 to 512 printable characters without white space \
+                 (e.g. `openssl rand -hex 32`)",
+            );
+        }
         if let Some(token) = &self.admin_token {
             check(
                 token.is_strong(),
@@ -512,6 +529,7 @@ impl fmt::Debug for Config {
             .field("dns_zone", &self.dns_zone)
             .field("admin_token", &self.admin_token)
             .field("admin_token_file", &self.admin_token_file)
+            .field("key_hash_secret", &self.key_hash_secret)
             .field("key_cache_ttl_ms", &self.key_cache_ttl_ms)
             .field("insecure_open", &self.insecure_open)
             .field("webhook_allowed_hosts", &self.webhook_allowed_hosts)

@@ -135,7 +135,9 @@ pub async fn serve(
         .with_webhook_hosts(webhook_hosts);
     if let Some(token) = &config.admin_token {
         let ttl = std::time::Duration::from_millis(config.key_cache_ttl_ms);
-        oracle = oracle.with_credentials(oracle::Credentials::new(token.clone(), ttl));
+        let credentials =
+            oracle::Credentials::new(token.clone(), config.key_hash_secret.as_ref(), ttl);
+        oracle = oracle.with_credentials(credentials);
         tracing::info!(
             "credentials required: the admin token or a cluster key on every cluster route"
         );

@@ -32,9 +32,10 @@ pub struct Credentials {
 }
 
 impl Credentials {
-    /// Credentials checked against `admin_token`; keys looked up stay trusted for `ttl`.
-    pub fn new(admin_token: Secret, ttl: Duration) -> Self {
-        let hasher = KeyHasher::new(&admin_token);
+    /// Credentials checked against `admin_token`, keys hashed under `key_hash_secret` (else the
+    /// admin token); keys looked up stay trusted for `ttl`.
+    pub fn new(admin_token: Secret, key_hash_secret: Option<&Secret>, ttl: Duration) -> Self {
+        let hasher = KeyHasher::new(key_hash_secret.unwrap_or(&admin_token));
         Self {
             admin: Some((admin_token, hasher)),
             ttl,

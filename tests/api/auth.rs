@@ -392,6 +392,52 @@ async fn keys_work_across_replicas_and_revocation_reaches_them() {
     }
 }
 
+/// With `ORACLE_KEY_HASH_SECRET`, the admin token can change and the keys still work; without
+/// it, keys are hashed under the admin token and a new token invalidates them.
+#[tokio::test]
+async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
+    use placement_oracle::config::Secret;
+    use placement_oracle::oracle::Credentials;
+
+    let hash_secret = Secret::new("a-key-hash-secret-0123456789abcdef");
+    let ttl = Duration::from_secs(60);
+    let plain = TestApp::new(Backend::Memory).await;
+    let before = plain.reconfigured(|oracle| {
+        oracle.with_credentials(Credentials::new(
+            Secret::new(ADMIN_TOKEN),
+            Some(&hash_secret),
+            ttl,
+        ))
+    });
+    let (_, key) = before.issue_key(&before.cluster, &["silo"]).await;
+    let rotated = |hash: Option<&Secret>| {
+        let credentials =
+            Credentials::new(Secret::new("a-new-admin-token-fedcba9876543210"), hash, ttl);
+        plain.reconfigured(|oracle| oracle.with_credentials(credentials))
+    };
+    let beat = json!({"silo": "10.0.0.5:11111@1"});
+    let kept = rotated(Some(&hash_secret));
+    let reply = kept
+        .send_as(
+            Some(&key),
+            Method::POST,
+            &kept.path("/heartbeats"),
+            Some(beat.clone()),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let lost = rotated(None);
+    let reply = lost
+        .send_as(
+            Some(&key),
+            Method::POST,
+            &lost.path("/heartbeats"),
+            Some(beat),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+}
+
 /// Without an admin token nothing asks for a credential, and no key can be issued.
 #[tokio::test]
 async fn open_mode_asks_for_nothing_and_issues_no_keys() {

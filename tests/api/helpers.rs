@@ -384,7 +384,7 @@ impl TestApp {
 
     /// The same store, cluster and clock, served by an oracle that asks for credentials.
     pub fn with_credentials(&self, key_ttl: Duration) -> Self {
-        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), key_ttl);
+        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), None, key_ttl);
         self.reconfigured(|oracle| oracle.with_credentials(credentials))
     }
 
@@ -503,6 +503,17 @@ impl TestApp {
             cluster,
             _database: database,
         }
+    }
+
+    /// The value of one exported metric series (`name{labels}` exactly as `/metrics` prints it),
+    /// 0 when absent. The recorder is the process's, shared by every test: compare a value before
+    /// and after, never with a constant.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let reply = self.send(Method::GET, "/metrics", None).await;
+        let text = reply.body.as_str().unwrap_or_default().to_owned();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
     }
 
     /// `/v1/clusters/{cluster}{rest}`.
