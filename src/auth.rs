@@ -110,9 +110,7 @@ pub enum Denial {
 pub fn authorize(caller: &Caller, cluster: &ClusterName, access: Access) -> Result<(), Denial> {
     match (caller, access) {
         (Caller::Open | Caller::Admin, _) | (_, Access::Public) => Ok(()),
-        (Caller::Key { .. }, Access::Admin) => Err(Denial::Forbidden(
-            "this needs the admin token; cluster keys cannot do it".to_owned(),
-        )),
+        (Caller::Key { .. }, Access::Admin) => authorize_admin(caller),
         (Caller::Key { cluster: own, .. }, _) if own != cluster => Err(Denial::Forbidden(format!(
             "this key belongs to another cluster, not `{cluster}`"
         ))),
@@ -122,6 +120,17 @@ pub fn authorize(caller: &Caller, cluster: &ClusterName, access: Access) -> Resu
             "this needs a key with the `{}` scope",
             scope.as_str()
         ))),
+    }
+}
+
+/// Whether `caller` may use a route that is about no one cluster: only the admin may (anyone in
+/// open mode).
+pub fn authorize_admin(caller: &Caller) -> Result<(), Denial> {
+    match caller {
+        Caller::Open | Caller::Admin => Ok(()),
+        Caller::Key { .. } => Err(Denial::Forbidden(
+            "this needs the admin token; cluster keys cannot do it".to_owned(),
+        )),
     }
 }
 
@@ -201,12 +210,42 @@ impl std::fmt::Debug for KeyHasher {
     }
 }
 
-/// Whether `presented` is the admin token, in time that does not depend on either (both are
-/// hashed first, so not even their lengths are compared directly).
-pub fn is_admin_token(admin: &Secret, presented: &str) -> bool {
-    let expected = Sha256::digest(admin.expose().as_bytes());
-    let given = Sha256::digest(presented.as_bytes());
-    expected.ct_eq(&given).into()
+/// The admin token as requests are checked against it: its digest, computed once, so a request
+/// costs one hash of what it presents.
+#[derive(Clone)]
+pub struct AdminToken {
+    digest: [u8; 32],
+    /// Whether the token itself has a cluster key's shape (then a key-shaped credential may be it).
+    key_shaped: bool,
+}
+
+impl AdminToken {
+    pub fn new(token: &Secret) -> Self {
+        Self {
+            digest: Sha256::digest(token.expose().as_bytes()).into(),
+            key_shaped: key_id(token.expose()).is_some(),
+        }
+    }
+
+    /// Whether `presented` is the admin token, in time that does not depend on either (both are
+    /// hashed, so not even their lengths are compared directly).
+    pub fn matches(&self, presented: &str) -> bool {
+        let given = Sha256::digest(presented.as_bytes());
+        self.digest.ct_eq(given.as_slice()).into()
+    }
+
+    /// Whether `presented` needs comparing with the token: a credential with a cluster key's shape
+    /// is a key, unless the token has that shape too. (What this tells a caller, that the token is
+    /// not key-shaped, is no secret.)
+    pub fn may_be(&self, presented: &str) -> bool {
+        self.key_shaped || key_id(presented).is_none()
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(***)")
+    }
 }
 
 #[cfg(test)]
@@ -305,10 +344,32 @@ mod tests {
 
     #[test]
     fn the_admin_token_matches_only_itself() {
-        let admin = Secret::new("an-admin-token-of-enough-length");
-        assert!(is_admin_token(&admin, "an-admin-token-of-enough-length"));
-        assert!(!is_admin_token(&admin, "an-admin-token-of-enough-lengt"));
-        assert!(!is_admin_token(&admin, ""));
+        let admin = AdminToken::new(&Secret::new("an-admin-token-of-enough-length"));
+        assert!(admin.matches("an-admin-token-of-enough-length"));
+        assert!(!admin.matches("an-admin-token-of-enough-lengt"));
+        assert!(!admin.matches(""));
+        assert!(!format!("{admin:?}").contains("admin-token"));
+    }
+
+    #[test]
+    fn a_key_shaped_credential_is_compared_with_the_token_only_when_the_token_is_key_shaped() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let (_, key) = new_key(&mut rng);
+        let plain = AdminToken::new(&Secret::new("an-admin-token-of-enough-length"));
+        assert!(!plain.may_be(key.expose()));
+        assert!(plain.may_be("an-admin-token-of-enough-length"));
+        let (_, shaped_token) = new_key(&mut rng);
+        let shaped = AdminToken::new(&shaped_token);
+        assert!(shaped.may_be(key.expose()));
+        assert!(shaped.may_be(shaped_token.expose()) && shaped.matches(shaped_token.expose()));
+    }
+
+    #[test]
+    fn only_the_admin_and_open_mode_reach_routes_about_no_cluster() {
+        assert_eq!(authorize_admin(&Caller::Admin), Ok(()));
+        assert_eq!(authorize_admin(&Caller::Open), Ok(()));
+        let key = key("prod", &[Scope::Silo, Scope::Operator]);
+        assert!(matches!(authorize_admin(&key), Err(Denial::Forbidden(_))));
     }
 
     #[test]

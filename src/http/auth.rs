@@ -17,7 +17,7 @@ use axum::http::{header, Method};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::auth::{self, Access, Denial};
+use crate::auth::{self, Access, Caller, Denial};
 use crate::cluster::ClusterName;
 use crate::oracle::Unidentified;
 use crate::telemetry::metric;
@@ -58,22 +58,48 @@ impl FromRequestParts<AppState> for Cluster {
             Access::Public => Access::Admin,
             declared => declared,
         };
-        let bearer = bearer(parts);
-        let caller = state
-            .oracle
-            .identify(bearer.as_deref())
-            .await
-            .map_err(|unidentified| match unidentified {
-                Unidentified::Denied(denial) => denied(denial),
-                Unidentified::Failed(error) => error.into(),
-            })?;
-        tracing::Span::current().record("caller", caller.log_name());
+        let caller = identify(parts, state).await?;
         auth::authorize(&caller, &cluster, access).map_err(|denial| {
             metric::auth_denied("forbidden");
             denied(denial)
         })?;
         Ok(Cluster(cluster))
     }
+}
+
+/// A caller of a route about no one cluster (`GET /v1/clusters`): the admin token, or anyone in
+/// open mode. A cluster key is refused, as on a cluster's admin-only routes.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = identify(parts, state).await?;
+        auth::authorize_admin(&caller).map_err(|denial| {
+            metric::auth_denied("forbidden");
+            denied(denial)
+        })?;
+        Ok(Admin)
+    }
+}
+
+/// Who calls, from `Authorization: Bearer …`; named in the request's span (never by a secret).
+async fn identify(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+    let bearer = bearer(parts);
+    let caller =
+        state.oracle.identify(bearer.as_deref()).await.map_err(
+            |unidentified| match unidentified {
+                Unidentified::Denied(denial) => denied(denial),
+                Unidentified::Failed(error) => error.into(),
+            },
+        )?;
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("caller", caller.log_name());
+    }
+    Ok(caller)
 }
 
 /// The credential of `Authorization: Bearer <credential>`, if the header says so.

@@ -6,11 +6,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Oracle, OracleError};
-use crate::auth::{self, Caller, Denial, KeyHasher, Scope};
+use crate::auth::{self, AdminToken, Caller, Denial, KeyHasher, Scope};
 use crate::cluster::ClusterName;
 use crate::config::Secret;
 use crate::store::StoredKey;
@@ -23,9 +23,10 @@ const CACHED_KEYS: usize = 100_000;
 /// The admin token, the key hasher, and the keys this replica looked up lately.
 #[derive(Debug, Default)]
 pub struct Credentials {
-    admin: Option<(Secret, KeyHasher)>,
+    admin: Option<(AdminToken, KeyHasher)>,
     ttl: Duration,
-    cache: Mutex<HashMap<String, (Instant, StoredKey)>>,
+    /// Shared with the requests that present them: a hit clones a pointer, not the record.
+    cache: Mutex<HashMap<String, (Instant, Arc<StoredKey>)>>,
     /// Grows with every revocation through this replica. A lookup that began before one does not
     /// fill the cache: it may have read the key just before the revocation deleted it.
     revocations: AtomicU64,
@@ -37,28 +38,28 @@ impl Credentials {
     pub fn new(admin_token: Secret, key_hash_secret: Option<&Secret>, ttl: Duration) -> Self {
         let hasher = KeyHasher::new(key_hash_secret.unwrap_or(&admin_token));
         Self {
-            admin: Some((admin_token, hasher)),
+            admin: Some((AdminToken::new(&admin_token), hasher)),
             ttl,
             cache: Mutex::default(),
             revocations: AtomicU64::new(0),
         }
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, StoredKey)>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<StoredKey>)>> {
         self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn cached(&self, id: &str) -> Option<StoredKey> {
+    fn cached(&self, id: &str) -> Option<Arc<StoredKey>> {
         let cache = self.cache();
         let (at, key) = cache.get(id)?;
-        (at.elapsed() < self.ttl).then(|| key.clone())
+        (at.elapsed() < self.ttl).then(|| Arc::clone(key))
     }
 
     /// Keeps `key`, read by a lookup that began at revocation count `seen`, unless a revocation
     /// happened since (checked under the cache's lock, which revocations take too).
-    fn remember(&self, key: &StoredKey, seen: u64) {
+    fn remember(&self, key: &Arc<StoredKey>, seen: u64) {
         if self.ttl.is_zero() {
             return;
         }
@@ -69,7 +70,7 @@ impl Credentials {
         if cache.len() >= CACHED_KEYS {
             cache.clear();
         }
-        cache.insert(key.id.clone(), (Instant::now(), key.clone()));
+        cache.insert(key.id.clone(), (Instant::now(), Arc::clone(key)));
     }
 }
 
@@ -111,7 +112,7 @@ impl Oracle {
                 "send `Authorization: Bearer <key>` with a cluster key or the admin token",
             )));
         };
-        if auth::is_admin_token(admin, presented) {
+        if admin.may_be(presented) && admin.matches(presented) {
             return Ok(Caller::Admin);
         }
         let invalid = || {
@@ -135,6 +136,7 @@ impl Oracle {
                 let Some(key) = found else {
                     return Err(invalid());
                 };
+                let key = Arc::new(key);
                 self.credentials.remember(&key, seen);
                 key
             }
@@ -143,9 +145,9 @@ impl Oracle {
             return Err(invalid());
         }
         Ok(Caller::Key {
-            id: key.id,
-            cluster: key.cluster,
-            scopes: key.scopes,
+            id: key.id.clone(),
+            cluster: key.cluster.clone(),
+            scopes: key.scopes.clone(),
         })
     }
 
