@@ -160,6 +160,9 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ("PlacementRequest", "grain", grain_id),
     ("PlacementRequest", "requesting_silo", silo_id),
     ("PlacementRequest", "hint", silo_id),
+    ("PlacementPreviewRequest", "grain", grain_id),
+    ("PlacementPreviewRequest", "requesting_silo", silo_id),
+    ("PlacementPreviewRequest", "hint", silo_id),
     (
         "PlacementBatchRequest",
         "placements",
@@ -411,13 +414,15 @@ fn apply_field_rules(doc: &mut Value) {
 }
 
 /// The rule of a path, query or header parameter, by name (the same name means the same thing in
-/// every operation; `cursor` is a silo id or a grain id, whichever the list is ordered by).
+/// every operation; `cursor` is a silo id, a migration id, a cluster name or a grain id, whichever
+/// the list is ordered by).
 fn parameter_rule(name: &str, path: &str) -> Option<Value> {
     Some(match name {
         "cluster" | "pool" => dns_label(),
         "silo" => silo_id(),
         "grain" => grain_id(),
         "cursor" if path.ends_with("/silos") => silo_id(),
+        "cursor" if path == "/v1/clusters" => dns_label(),
         "cursor" if path.ends_with("/migrations") => range(0, MAX_SAFE_INTEGER),
         "id" => range(1, MAX_SAFE_INTEGER),
         "cursor" => label(crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS),
@@ -1154,6 +1159,7 @@ mod tests {
             super::super::heartbeats::HeartbeatRequest::name(),
             super::super::placements::PlacementRequest::name(),
             super::super::placements::PlacementBatchRequest::name(),
+            super::super::placements::PlacementPreviewRequest::name(),
             crate::policy::Policy::name(),
             crate::connect::Pool::name(),
             super::super::rebalancer::SuspendRequest::name(),
@@ -1170,7 +1176,7 @@ mod tests {
             .flat_map(|item| item.as_object().unwrap().values())
             .filter(|operation| operation.get("requestBody").is_some())
             .count();
-        assert_eq!(bodies, 8, "a new request body: add its type above");
+        assert_eq!(bodies, 9, "a new request body: add its type above");
     }
 
     #[test]

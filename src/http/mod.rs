@@ -11,6 +11,7 @@ pub mod load_shedding;
 mod middleware;
 
 mod activations;
+mod clusters;
 mod drains;
 mod heartbeats;
 mod keys;
@@ -22,6 +23,7 @@ mod pools;
 mod rebalancer;
 mod repartitioner;
 mod silos;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +113,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(drains::drain_silo))
         .routes(routes!(placements::post_placement))
         .routes(routes!(placements::post_placement_batch))
+        .routes(routes!(placements::post_placement_preview))
+        .routes(routes!(clusters::list_clusters))
+        .routes(routes!(clusters::get_distribution))
         .routes(routes!(policy::get_policy, policy::put_policy))
         .routes(routes!(pools::get_pool, pools::put_pool))
         .routes(routes!(pools::post_connection))
@@ -166,6 +171,7 @@ pub fn app(state: AppState, limits: Limits) -> Router {
             SwaggerUi::new("/swagger-ui")
                 .external_url_unchecked("/openapi.json", openapi().clone()),
         )
+        .merge(ui::router())
         .fallback(|| async { error::ApiError::from_status(axum::http::StatusCode::NOT_FOUND) });
 
     // Per-route layers, outermost first. They sit inside routing so that the span and the metrics

@@ -7,12 +7,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::activations::ActivationResponse;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::AppState;
 use crate::cluster::{GrainId, SiloId};
-use crate::oracle::{Outcome, PlaceRequest, Placement};
+use crate::oracle::{Outcome, PlaceRequest, Placement, Preview};
 use crate::placement::{Explanation, Strategy};
 use crate::validation::{Invalid, Violations};
 
@@ -132,6 +133,57 @@ impl From<Placement> for PlacementResponse {
     }
 }
 
+/// A placement to try out.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"grain": "user/alice", "requesting_silo": "10.0.0.5:11111@139000"}))]
+pub struct PlacementPreviewRequest {
+    /// `type/key`; the type decides which silos can host it. At most 400 characters.
+    #[schema(example = "user/alice")]
+    pub grain: String,
+    /// The silo asking (Orleans' "local" silo).
+    pub requesting_silo: Option<String>,
+    /// A preferred silo, used when it is compatible.
+    pub hint: Option<String>,
+    /// Overrides the default strategy for this call.
+    pub strategy: Option<Strategy>,
+}
+
+/// What a placement of the grain would decide now, and why. Nothing was registered.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlacementPreviewResponse {
+    #[schema(example = "user/alice")]
+    pub grain: String,
+    /// The strategy that decided.
+    #[schema(example = "resource_optimized")]
+    pub strategy: String,
+    /// Whether a placement would register the grain (false for stateless workers).
+    pub registers: bool,
+    /// The grain's live activation: a placement now would answer it (`outcome: existing`) rather
+    /// than the decision below. Null when it has none (or is a stateless worker).
+    pub existing: Option<ActivationResponse>,
+    /// Where the strategy would place a new activation now.
+    #[schema(example = "10.0.0.6:11111@139000")]
+    pub silo: String,
+    #[schema(example = "10.0.0.6:11111")]
+    pub address: String,
+    pub explanation: Explanation,
+}
+
+impl From<(String, Preview)> for PlacementPreviewResponse {
+    fn from((grain, preview): (String, Preview)) -> Self {
+        Self {
+            grain,
+            strategy: preview.strategy.as_str().to_owned(),
+            registers: preview.strategy.registers(),
+            existing: preview.existing.map(ActivationResponse::from),
+            silo: preview.silo,
+            address: preview.address,
+            explanation: preview.explanation,
+        }
+    }
+}
+
 /// Many grains at once.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -189,6 +241,50 @@ pub async fn post_placement(
     let request = request.validate("")?;
     let placement = state.oracle.place(&cluster, request).await?;
     Ok(Json(placement.into()))
+}
+
+/// Try a placement out.
+///
+/// What a placement of the grain would decide now, with the whole explanation (candidates, silos
+/// left out and why, filters, scores, the rule), and the grain's live activation if it has one.
+/// Registers nothing and leaves no tally behind, so any key of the cluster may ask; a `webhook`
+/// strategy's endpoint is asked as for a placement. It counts against the cluster's placement rate.
+#[utoipa::path(
+    post,
+    path = "/v1/clusters/{cluster}/placements/preview",
+    tag = "directory",
+    security(("bearer" = [])),
+    params(("cluster" = String, Path, description = "Cluster name")),
+    request_body = PlacementPreviewRequest,
+    responses(
+        (status = 200, description = "What a placement would decide now", body = PlacementPreviewResponse),
+        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No active silo hosts the grain's type", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post_placement_preview(
+    State(state): State<AppState>,
+    Cluster(cluster): Cluster,
+    ApiJson(request): ApiJson<PlacementPreviewRequest>,
+) -> Result<Json<PlacementPreviewResponse>, ApiError> {
+    state.rate_limits.placements(&cluster, 1)?;
+    let request = PlacementRequest {
+        grain: request.grain,
+        requesting_silo: request.requesting_silo,
+        hint: request.hint,
+        strategy: request.strategy,
+        explain: true,
+    }
+    .validate("")?;
+    let grain = request.grain.to_string();
+    let preview = state.oracle.preview(&cluster, request).await?;
+    Ok(Json((grain, preview).into()))
 }
 
 /// Place many grains in one call.

@@ -87,13 +87,13 @@ impl Placement {
 }
 
 /// What one round of decisions reads.
-struct Round<'a> {
-    view: &'a ClusterView,
-    policy: &'a Policy,
-    requests: &'a [PlaceRequest],
-    strategies: &'a [Strategy],
+pub(super) struct Round<'a> {
+    pub view: &'a ClusterView,
+    pub policy: &'a Policy,
+    pub requests: &'a [PlaceRequest],
+    pub strategies: &'a [Strategy],
     /// The operators' choices for `webhook` requests, by request position.
-    webhook_choices: &'a HashMap<usize, SiloId>,
+    pub webhook_choices: &'a HashMap<usize, SiloId>,
 }
 
 /// One page of a silo's activations.
@@ -390,7 +390,7 @@ impl Oracle {
 
     /// Decides the `pending` requests against `view`, one after the other, each seeing the tally of
     /// the ones before (so a batch does not pile onto one silo).
-    fn decide(
+    pub(super) fn decide(
         &self,
         cluster: &ClusterName,
         round: &Round<'_>,

@@ -74,6 +74,24 @@ impl Oracle {
         }
     }
 
+    /// A page of the clusters' names, in byte order; the cursor is the last name of the page
+    /// before.
+    pub async fn clusters(
+        &self,
+        cursor: Option<&ClusterName>,
+        limit: u32,
+    ) -> Result<(Vec<ClusterName>, Option<String>), OracleError> {
+        let names = self
+            .store
+            .clusters(cursor, limit)
+            .await
+            .inspect_err(|_| metric::store_error("clusters"))?;
+        let next_cursor = (names.len() == limit as usize)
+            .then(|| names.last().map(ClusterName::to_string))
+            .flatten();
+        Ok((names, next_cursor))
+    }
+
     /// A page of the cluster's silos in id order, dead ones included until they are forgotten.
     pub async fn silos(
         &self,

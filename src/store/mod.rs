@@ -318,6 +318,13 @@ pub trait MembershipStore: Send + Sync + 'static {
     /// The cluster's silos that are not marked dead, or `None` when the cluster does not exist.
     async fn membership(&self, cluster: &ClusterName) -> Result<Option<Membership>, StoreError>;
 
+    /// Up to `limit` cluster names after `after` (exclusive), in byte order.
+    async fn clusters(
+        &self,
+        after: Option<&ClusterName>,
+        limit: u32,
+    ) -> Result<Vec<ClusterName>, StoreError>;
+
     /// Up to `limit` silos after `after` (exclusive) in id order, dead ones included while listed;
     /// `None` when the cluster does not exist.
     async fn silos(

@@ -6,7 +6,8 @@
 //! `inputs` checks that bad input always gets a 4xx problem; `openapi` keeps the committed spec in
 //! step with the code; `ops` covers health, readiness, metrics and graceful shutdown; `webhooks`
 //! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size);
-//! `limits` covers load shedding and per-cluster rate limits.
+//! `limits` covers load shedding and per-cluster rate limits; `views` what operators' tools read
+//! (the clusters list, distributions, placement previews, the live page).
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
 macro_rules! for_both_stores {
@@ -39,4 +40,5 @@ mod single_activation;
 mod store_parts;
 mod store_suite;
 mod strategies;
+mod views;
 mod webhooks;

@@ -75,7 +75,7 @@ async fn the_specs_examples_work_when_tried_in_order() {
     // As an operator would try it: with the admin token in Swagger UI's Authorize dialog.
     let app = TestApp::secured(Backend::Memory, std::time::Duration::from_secs(60)).await;
     let spec = placement_oracle::http::openapi();
-    let steps: [(Method, &str); 27] = [
+    let steps: [(Method, &str); 30] = [
         (Method::POST, "/v1/clusters/{cluster}/keys"),
         (Method::GET, "/v1/clusters/{cluster}/keys"),
         (Method::POST, "/v1/clusters/{cluster}/heartbeats"),
@@ -83,6 +83,9 @@ async fn the_specs_examples_work_when_tried_in_order() {
         (Method::GET, "/v1/clusters/{cluster}/silos/{silo}"),
         (Method::POST, "/v1/clusters/{cluster}/placements"),
         (Method::POST, "/v1/clusters/{cluster}/placements/batch"),
+        (Method::POST, "/v1/clusters/{cluster}/placements/preview"),
+        (Method::GET, "/v1/clusters"),
+        (Method::GET, "/v1/clusters/{cluster}/distribution"),
         (Method::GET, "/v1/clusters/{cluster}/activations/{grain}"),
         (Method::GET, "/v1/clusters/{cluster}/activations"),
         (Method::GET, "/v1/clusters/{cluster}/policy"),

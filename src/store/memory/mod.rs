@@ -283,6 +283,22 @@ impl MembershipStore for MemoryStore {
         }))
     }
 
+    async fn clusters(
+        &self,
+        after: Option<&ClusterName>,
+        limit: u32,
+    ) -> Result<Vec<ClusterName>, StoreError> {
+        let mut names: Vec<ClusterName> = self
+            .clusters()
+            .keys()
+            .filter(|name| after.is_none_or(|after| name.as_str() > after.as_str()))
+            .cloned()
+            .collect();
+        names.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        names.truncate(limit as usize);
+        Ok(names)
+    }
+
     async fn silos(
         &self,
         cluster: &ClusterName,

@@ -1631,6 +1631,29 @@ impl MembershipStore for PostgresStore {
         self.guard(self.try_membership(cluster)).await
     }
 
+    async fn clusters(
+        &self,
+        after: Option<&ClusterName>,
+        limit: u32,
+    ) -> Result<Vec<ClusterName>, StoreError> {
+        self.guard(async {
+            // `name` is COLLATE "C": byte order, as the memory store sorts.
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT name FROM clusters WHERE $1::text IS NULL OR name > $1
+                 ORDER BY name LIMIT $2",
+            )
+            .bind(after.map(ClusterName::as_str))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+            names
+                .iter()
+                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
+                .collect()
+        })
+        .await
+    }
+
     async fn silos(
         &self,
         cluster: &ClusterName,
