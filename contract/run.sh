@@ -5,8 +5,11 @@
 #   2. contract/clients.sh: Python and TypeScript clients generated from the unmodified spec,
 #      type-checked strictly, each walking through the README's calls.
 #   3. Schemathesis, every check, fixed seed (contract/schemathesis.toml says each adjustment).
-# Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node
-# and npm; tools install at their pinned versions under contract/build/. Usage: contract/run.sh
+#   4. contract/tools.sh: the silo simulator (on the embedded default, then on two replicas), and the
+#      live page checked in headless Chromium while it runs.
+# Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
+# npm and Chromium; tools install at their pinned versions under contract/build/ (and
+# examples/simulator/build/). Usage: contract/run.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -61,5 +64,8 @@ contract/build/venv/bin/st --config-file contract/schemathesis.toml run "$BASE_U
   --url "$BASE_URL" --checks all --exclude-checks use_after_free \
   --header "Authorization: Bearer $ORACLE_ADMIN_TOKEN" \
   --max-examples "$MAX_EXAMPLES" --no-color
+
+step "Users' tools: the simulator (embedded, and two replicas) and the live page in headless Chromium"
+ORACLE_BINARY="$BINARY" ORACLE_DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" bash contract/tools.sh "$BASE_URL"
 
 step "Contract suite passed"

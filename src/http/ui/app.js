@@ -32,7 +32,7 @@ function el(tag, attrs = {}, ...children) {
     else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
     else node.setAttribute(name, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -47,7 +47,7 @@ function svg(tag, attrs = {}, ...children) {
   for (const [name, value] of Object.entries(attrs)) {
     if (value !== null && value !== undefined) node.setAttribute(name, String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -56,7 +56,7 @@ function svg(tag, attrs = {}, ...children) {
 
 function fill(target, ...children) {
   const node = typeof target === "string" ? document.getElementById(target) : target;
-  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+  node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined));
   return node;
 }
 
@@ -361,6 +361,63 @@ async function drawSiloDetail() {
   );
 }
 
+/**
+ * A column per silo: its directory entries, the part open migrations take away (red, on top of
+ * what stays) and what they bring (green, above), against the mean. The lopsided cluster at a
+ * glance.
+ */
+function drawSpread(silos, distribution) {
+  if (!distribution) return;
+  const shares = new Map(distribution.silos.map((s) => [s.silo, s]));
+  const columns = silos.filter((s) => s.status !== "dead").map((s) => ({
+    silo: s.silo,
+    status: s.status,
+    share: shares.get(s.silo) || { activations: 0, migrating_out: 0, migrating_in: 0 },
+  }));
+  if (columns.length === 0) {
+    fill("spread", el("p", { class: "muted" }, "No live silo."));
+    return;
+  }
+  const height = 170;
+  const top = 12;
+  const bottom = columns.length <= 24 ? 62 : 8;
+  const step = Math.max(4, Math.min(64, Math.floor(1100 / columns.length)));
+  const width = Math.max(320, columns.length * step + 110);
+  const largest = Math.max(1, ...columns.map((c) => c.share.activations + c.share.migrating_in));
+  const scale = (n) => (n / largest) * (height - top - bottom);
+  const base = height - bottom;
+  const mean = distribution.activations / columns.length;
+  const parts = columns.map((c, i) => {
+    const x = 100 + i * step;
+    const w = Math.max(2, step - Math.max(2, step / 5));
+    const stays = c.share.activations - c.share.migrating_out;
+    const label = columns.length <= 24 ? c.silo.replace(/@.*/, "") : null;
+    return svg(
+      "g",
+      { class: "column", "data-silo": c.silo, "data-activations": c.share.activations },
+      svg("rect", { x, y: base - scale(stays), width: w, height: scale(stays), fill: COLOURS.directory }),
+      svg("rect", { x, y: base - scale(c.share.activations), width: w, height: scale(c.share.migrating_out), fill: COLOURS.out }),
+      svg("rect", { x, y: base - scale(c.share.activations + c.share.migrating_in), width: w, height: scale(c.share.migrating_in), fill: COLOURS.in, "fill-opacity": 0.35 }),
+      svg("title", {}, `${c.silo} (${c.status}): ${c.share.activations} grains, ${c.share.migrating_out} leaving, ${c.share.migrating_in} arriving`),
+      label
+        ? svg("text", { x: x + w / 2, y: base + 10, "text-anchor": "end", "font-size": 10, fill: "#6b7480", transform: `rotate(-35 ${x + w / 2} ${base + 10})` }, label)
+        : null,
+      step >= 28 ? svg("text", { x: x + w / 2, y: base - scale(c.share.activations + c.share.migrating_in) - 3, "text-anchor": "middle", "font-size": 10, fill: "#1d2430" }, c.share.activations) : null,
+    );
+  });
+  fill(
+    "spread",
+    svg(
+      "svg",
+      { id: "spread-chart", width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "grains per silo" },
+      svg("line", { x1: 96, x2: width - 6, y1: base, y2: base, stroke: "#dde2e8" }),
+      parts,
+      svg("line", { x1: 96, x2: width - 6, y1: base - scale(mean), y2: base - scale(mean), stroke: "#1d2430", "stroke-dasharray": "4 3" }),
+      svg("text", { x: 90, y: base - scale(mean) + 3, "text-anchor": "end", "font-size": 10, fill: "#1d2430" }, `mean ${Math.round(mean)}`),
+    ),
+  );
+}
+
 /** Pending migrations of the busiest sources, and a bar per silo pair. */
 async function drawMigrations(distribution, nowMs) {
   const flows = distribution ? distribution.migrations : [];
@@ -400,9 +457,11 @@ async function drawMigrations(distribution, nowMs) {
     sources.map((s) => api("GET", clusterPath(`/migrations?silo=${encodeURIComponent(s.silo)}&limit=5`))),
   );
   const migrations = pages.flatMap((page) => page.migrations).sort((a, b) => a.id - b.id);
+  const shown = 15;
+  const more = total - Math.min(shown, migrations.length);
   fill(
     document.querySelector("#migrations tbody"),
-    migrations.slice(0, 40).map((m) =>
+    migrations.slice(0, shown).map((m) =>
       el(
         "tr",
         { "data-migration": m.id },
@@ -413,6 +472,7 @@ async function drawMigrations(distribution, nowMs) {
         el("td", { class: "num" }, age(nowMs - m.created_at_ms)),
       ),
     ),
+    more > 0 ? el("tr", {}, el("td", { colspan: 5, class: "muted" }, `… and ${more.toLocaleString()} more (oldest first)`)) : null,
   );
 }
 
@@ -533,7 +593,7 @@ function scoreChart(scores, chosen) {
   const terms = [...new Set(scores.flatMap((s) => Object.keys(s.terms)))].sort();
   const colour = (term) => TERM_COLOURS[terms.indexOf(term) % TERM_COLOURS.length];
   const rowHeight = 18;
-  const labelWidth = 190;
+  const labelWidth = 240;
   const barWidth = 300;
   const height = scores.length * rowHeight + 4;
   const largest = Math.max(1e-9, ...scores.map((s) => s.score));
@@ -643,6 +703,7 @@ async function refresh() {
     // Ages of migrations are told on the oracle's clock, read off the silos' heartbeat stamps.
     const nowMs = silos.length ? Math.max(...silos.map((s) => s.last_heartbeat_at_ms + s.last_heartbeat_age_ms)) : Date.now();
     drawSummary(silos, distribution, rebalancer, repartitioner);
+    drawSpread(silos, distribution);
     drawSilos(silos, distribution);
     drawRebalancer(rebalancer);
     drawRepartitioner(repartitioner);
