@@ -81,6 +81,37 @@ pub mod metric {
     pub const REQUESTS_SHED: &str = "oracle_requests_shed_total";
     pub const RATE_LIMITED: &str = "oracle_rate_limited_total";
 
+    /// Every metric above, and whether it is a histogram (exported as its `_bucket`, `_sum` and
+    /// `_count` series): what a dashboard may query (`tests/api/packaging.rs` holds the shipped
+    /// one to it).
+    pub const ALL: &[(&str, bool)] = &[
+        (HTTP_REQUESTS, false),
+        (HTTP_DURATION, true),
+        (HEARTBEATS, false),
+        (PLACEMENTS, false),
+        (DIRECTORY_CACHE, false),
+        (SILOS, false),
+        (SILOS_DECLARED_DEAD, false),
+        (DIRECTORY_ENTRIES, false),
+        (STORE_ERRORS, false),
+        (DECISION_DURATION, true),
+        (WEBHOOK_CALLS, false),
+        (CONNECTIONS, false),
+        (WEBHOOK_DURATION, true),
+        (MIGRATIONS, false),
+        (REBALANCER_CYCLES, false),
+        (LEASES_TAKEN, false),
+        (REBALANCER_DEVIATION, false),
+        (REBALANCER_ENTROPY, false),
+        (EDGES, false),
+        (REPARTITIONER_MOVES, false),
+        (REPARTITIONER_TRACKED, false),
+        (REPARTITIONER_REMOTE, false),
+        (AUTH_DENIED, false),
+        (REQUESTS_SHED, false),
+        (RATE_LIMITED, false),
+    ];
+
     pub(super) fn describe() {
         describe_counter!(
             HTTP_REQUESTS,
@@ -300,5 +331,36 @@ pub mod metric {
             gauge!(SILOS, "status" => status.as_str()).set(n as f64);
         }
         gauge!(DIRECTORY_ENTRIES).set(stats.directory_entries as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric;
+
+    /// A metric declared in [`metric`] but missing from [`metric::ALL`] would be one a dashboard
+    /// could not be checked against.
+    #[test]
+    fn every_declared_metric_is_listed_once_with_its_kind() {
+        let source = include_str!("telemetry.rs");
+        let declared: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("pub const "))
+            .filter_map(|rest| rest.split_once(": &str = \"").map(|(_, value)| value))
+            .filter_map(|value| value.split('"').next())
+            .collect();
+        let mut listed: Vec<&str> = metric::ALL.iter().map(|(name, _)| *name).collect();
+        assert_eq!(declared.len(), listed.len(), "{declared:?}");
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(listed.len(), declared.len(), "a metric is listed twice");
+        for name in declared {
+            let histogram = metric::ALL.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
+            assert_eq!(
+                histogram,
+                Some(name.ends_with("_duration_seconds")),
+                "{name}: listed, as a histogram exactly when it is a duration"
+            );
+        }
     }
 }

@@ -22,6 +22,7 @@ macro_rules! for_both_stores {
 }
 
 mod auth;
+mod dashboard;
 mod dns;
 mod drains;
 mod faults;

@@ -1,0 +1,124 @@
+//! The Grafana dashboard shipped in deploy/grafana: it queries only metrics the oracle exports (as
+//! their kind is exported), through the datasource compose provisions, and compose loads it.
+
+use placement_oracle::telemetry::metric;
+use serde_json::Value;
+
+const DASHBOARD: &str = "deploy/grafana/dashboards/placement-oracle.json";
+
+/// The metric names an expression reads: identifiers with the oracle's prefixes.
+fn metrics_in(expr: &str) -> Vec<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| word.starts_with("oracle_") || word.starts_with("http_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether the oracle exports a series of that name: a metric, or a histogram's part.
+fn exported(series: &str) -> bool {
+    metric::ALL.iter().any(|(name, histogram)| {
+        series == *name
+            || (*histogram
+                && ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|part| series.strip_suffix(part) == Some(name)))
+    })
+}
+
+/// What is wrong with a dashboard, each a sentence naming the panel.
+fn dashboard_problems(dashboard: &Value, datasource_uid: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let panels = dashboard["panels"].as_array().cloned().unwrap_or_default();
+    if panels.is_empty() {
+        problems.push("the dashboard has no panels".to_owned());
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for panel in &panels {
+        let title = panel["title"].as_str().unwrap_or("(untitled)");
+        if !ids.insert(panel["id"].as_i64()) {
+            problems.push(format!("{title}: its id is not unique"));
+        }
+        if panel["type"] == "row" {
+            continue;
+        }
+        if panel["datasource"]["uid"] != datasource_uid {
+            problems.push(format!("{title}: not on the provisioned datasource"));
+        }
+        let targets = panel["targets"].as_array().cloned().unwrap_or_default();
+        if targets.is_empty() {
+            problems.push(format!("{title}: no query"));
+        }
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            let names = metrics_in(expr);
+            if names.is_empty() {
+                problems.push(format!("{title}: `{expr}` reads no metric of the oracle's"));
+            }
+            for name in names.iter().filter(|name| !exported(name)) {
+                problems.push(format!("{title}: `{name}` is not a metric the oracle exports"));
+            }
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+        let query = variable["definition"].as_str().unwrap_or_default();
+        for name in metrics_in(query).iter().filter(|name| !exported(name)) {
+            problems.push(format!("variable {}: `{name}` is not exported", variable["name"]));
+        }
+    }
+    problems
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The uid of the datasource compose's Grafana is provisioned with.
+fn provisioned_uid() -> String {
+    let provisioning = read("deploy/grafana/provisioning/datasources/prometheus.yml");
+    provisioning
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("uid:"))
+        .map(|uid| uid.trim().to_owned())
+        .expect("the datasource has a uid")
+}
+
+#[test]
+fn the_dashboard_reads_only_what_the_oracle_exports_from_the_provisioned_datasource() {
+    let dashboard: Value = serde_json::from_str(&read(DASHBOARD)).expect("the dashboard is JSON");
+    let uid = provisioned_uid();
+    assert_eq!(dashboard_problems(&dashboard, &uid), Vec::<String>::new());
+    assert_eq!(dashboard["uid"], "placement-oracle");
+
+    // The checks can fail.
+    let text = read(DASHBOARD);
+    let misspelt: Value =
+        serde_json::from_str(&text.replacen("oracle_placements_total", "oracle_placement_total", 1))
+            .unwrap();
+    assert_eq!(dashboard_problems(&misspelt, &uid).len(), 1);
+    let counter_as_histogram: Value = serde_json::from_str(&text.replacen(
+        "oracle_placement_decision_duration_seconds_bucket",
+        "oracle_placements_total_bucket",
+        1,
+    ))
+    .unwrap();
+    assert_eq!(dashboard_problems(&counter_as_histogram, &uid).len(), 1);
+    assert!(!dashboard_problems(&dashboard, "another").is_empty());
+}
+
+#[test]
+fn compose_runs_grafana_with_the_dashboard_and_its_datasource() {
+    let compose = read("deploy/docker-compose.yml");
+    for mount in [
+        "./grafana/provisioning:/etc/grafana/provisioning:ro",
+        "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+    ] {
+        assert!(compose.contains(mount), "compose does not mount {mount}");
+    }
+    let provider = read("deploy/grafana/provisioning/dashboards/placement-oracle.yml");
+    assert!(provider.contains("path: /var/lib/grafana/dashboards"));
+    let datasource = read("deploy/grafana/provisioning/datasources/prometheus.yml");
+    assert!(
+        datasource.contains("url: http://prometheus:9090") && compose.contains("  prometheus:"),
+        "the datasource is compose's Prometheus"
+    );
+}
