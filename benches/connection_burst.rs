@@ -9,6 +9,9 @@ use placement_oracle::cluster::silo::{LoadReport, SiloProfile, Smoothing};
 use placement_oracle::cluster::{SiloId, SiloRecord, SiloStatus};
 use placement_oracle::connect::{choose, ConnectRule, Node, PoolState};
 
+#[path = "support/plot.rs"]
+mod plot;
+
 const NODES: usize = 10;
 const BURST: usize = 1_000;
 
@@ -44,6 +47,7 @@ fn main() {
     println!("{BURST} connections over {NODES} nodes within one second (even = {even} each)\n");
     println!("| rule | variant | fewest | most | max distance from even |");
     println!("|---|---|---:|---:|---:|");
+    let mut groups = Vec::new();
     for rule in [
         ConnectRule::RoundRobin,
         ConnectRule::ConnectionCount,
@@ -68,6 +72,34 @@ fn main() {
                 "| {rule:?} | {} | {fewest} | {most} | {distance} |",
                 if burst_aware { "burst-aware" } else { "plain" }
             );
+            let name = format!(
+                "{}{}",
+                rule.as_str(),
+                if burst_aware { " (burst-aware)" } else { "" }
+            );
+            groups.push((name, counts.iter().map(|&c| c as f64).collect()));
         }
     }
+    let mut picture = plot::Picture::new(1100.0, 360.0);
+    picture.bar_groups(
+        plot::Panel {
+            x: 0.0,
+            y: 0.0,
+            width: 1100.0,
+            height: 340.0,
+        },
+        &plot::Axes {
+            title: &format!(
+                "{BURST} connections in one second over {NODES} nodes: connections per node, by rule"
+            ),
+            x_label: "",
+            y_label: "connections",
+            x: (0.0, 1.0),
+            y: (0.0, BURST as f64),
+        },
+        &groups,
+        Some((even as f64, "even")),
+    );
+    picture.caption("A bar per node. The plain metric rules send the whole burst to the node that looked lightest at the last sample. cargo bench --bench connection_burst");
+    picture.save("connection-burst.svg");
 }

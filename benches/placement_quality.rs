@@ -21,6 +21,9 @@ use placement_oracle::placement::{
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+#[path = "support/plot.rs"]
+mod plot;
+
 const SILOS: usize = 100;
 const GRAINS: usize = 100_000;
 const STALE_EVERY: usize = 1_000;
@@ -125,12 +128,18 @@ fn run_with(
     (chosen, per_decision)
 }
 
-fn excess(chosen: &[usize], silos: usize) -> (u64, f64) {
+/// Grains per silo, most loaded first.
+fn sorted_counts(chosen: &[usize], silos: usize) -> Vec<u64> {
     let mut counts = vec![0u64; silos];
     for &i in chosen {
         counts[i] += 1;
     }
-    let max = *counts.iter().max().unwrap();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts
+}
+
+fn excess(chosen: &[usize], silos: usize) -> (u64, f64) {
+    let max = sorted_counts(chosen, silos)[0];
     (max, max as f64 - chosen.len() as f64 / silos as f64)
 }
 
@@ -179,10 +188,22 @@ fn main() {
         Strategy::ResourceOptimized,
     ];
     let mut activation_count_fresh = 0.0;
+    let mut spreads = Vec::new();
     for strategy in strategies {
         for stale in [false, true] {
             let (chosen, per_decision) = run(strategy, SILOS, stale, 42);
             let (max, over) = excess(&chosen, SILOS);
+            if !stale {
+                spreads.push(plot::Series {
+                    name: strategy.as_str().to_owned(),
+                    points: sorted_counts(&chosen, SILOS)
+                        .iter()
+                        .enumerate()
+                        .map(|(rank, &count)| (rank as f64 + 1.0, count as f64))
+                        .collect(),
+                    labels: Vec::new(),
+                });
+            }
             if strategy == Strategy::ActivationCount && !stale {
                 activation_count_fresh = over;
             }
@@ -209,12 +230,15 @@ fn main() {
         1.0 / 101.0,
         1.1 / 101.0
     );
-    println!(
-        "- hash_based: {:.4} of grains remapped",
-        remapped(Strategy::HashBased, &StrategyOptions::default())
-    );
+    let hash_based_remapped = remapped(Strategy::HashBased, &StrategyOptions::default());
+    println!("- hash_based: {hash_based_remapped:.4} of grains remapped");
     println!("\n| consistent_hash load_factor_percent | most loaded ÷ mean | remapped when a silo joins | ÷ (1/N) |");
     println!("|---:|---:|---:|---:|");
+    let mut trade_off = plot::Series {
+        name: "consistent_hash".to_owned(),
+        points: Vec::new(),
+        labels: Vec::new(),
+    };
     for factor in [105, 110, 125, 150, 1_000] {
         let mut options = StrategyOptions::default();
         options.consistent_hash.load_factor_percent = factor;
@@ -231,5 +255,69 @@ fn main() {
             max as f64 / mean,
             moved * (SILOS + 1) as f64,
         );
+        trade_off
+            .points
+            .push((moved * (SILOS + 1) as f64, max as f64 / mean));
+        trade_off.labels.push(if factor == 1_000 {
+            "no bound".to_owned()
+        } else {
+            format!("{factor} %")
+        });
     }
+    save_plot(&spreads, trade_off, mean, hash_based_remapped);
+}
+
+/// docs/bench/placement-quality.svg: how grains spread over the silos per strategy, and what
+/// consistent_hash's load bound trades between evenness and stability.
+fn save_plot(spreads: &[plot::Series], trade_off: plot::Series, mean: f64, hash_based: f64) {
+    let lowest = spreads
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(f64::MAX, f64::min);
+    let highest = spreads
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let mut picture = plot::Picture::new(1100.0, 380.0);
+    picture.lines(
+        plot::Panel {
+            x: 0.0,
+            y: 0.0,
+            width: 620.0,
+            height: 360.0,
+        },
+        &plot::Axes {
+            title: &format!("Grains per silo, most loaded first ({GRAINS} grains, {SILOS} silos, fresh statistics)"),
+            x_label: "silo rank",
+            y_label: "grains",
+            x: (1.0, SILOS as f64),
+            y: ((lowest * 0.98).floor(), (highest * 1.02).ceil()),
+        },
+        spreads,
+        Some((mean, "mean")),
+    );
+    let widest = trade_off.points.iter().map(|p| p.0).fold(0.0, f64::max);
+    let tallest = trade_off.points.iter().map(|p| p.1).fold(0.0, f64::max);
+    picture.lines(
+        plot::Panel {
+            x: 630.0,
+            y: 0.0,
+            width: 470.0,
+            height: 360.0,
+        },
+        &plot::Axes {
+            title: "consistent_hash: evenness against stability",
+            x_label: "grains remapped when a silo joins ÷ (1/N)",
+            y_label: "most loaded ÷ mean",
+            x: (0.0, (widest * 1.15).ceil()),
+            y: (1.0, tallest + 0.02),
+        },
+        &[trade_off],
+        None,
+    );
+    picture.caption(&format!(
+        "Labels: load_factor_percent. hash_based remaps {:.0} % of grains when a silo joins (off this scale). cargo bench --bench placement_quality",
+        hash_based * 100.0
+    ));
+    picture.save("placement-quality.svg");
 }

@@ -26,6 +26,18 @@ pub enum ConnectRule {
     CpuUsage,
 }
 
+impl ConnectRule {
+    /// The rule's name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RoundRobin => "round_robin",
+            Self::ConnectionCount => "connection_count",
+            Self::NetworkThroughput => "network_throughput",
+            Self::CpuUsage => "cpu_usage",
+        }
+    }
+}
+
 /// A member node as the rules see it: an alive, active silo of the pool.
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {

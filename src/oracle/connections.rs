@@ -140,7 +140,7 @@ impl Oracle {
             .iter()
             .find(|s| s.id == choice.silo)
             .expect("the rule chose among the available nodes");
-        metric::connection(rule_name(pool.rule));
+        metric::connection(pool.rule.as_str());
         Ok(Connection {
             silo: choice.silo.to_string(),
             address: chosen.profile.address.clone(),
@@ -165,14 +165,5 @@ impl Oracle {
         self.pool_states
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-fn rule_name(rule: ConnectRule) -> &'static str {
-    match rule {
-        ConnectRule::RoundRobin => "round_robin",
-        ConnectRule::ConnectionCount => "connection_count",
-        ConnectRule::NetworkThroughput => "network_throughput",
-        ConnectRule::CpuUsage => "cpu_usage",
     }
 }
