@@ -355,7 +355,10 @@ mod tests {
         listed.dedup();
         assert_eq!(listed.len(), declared.len(), "a metric is listed twice");
         for name in declared {
-            let histogram = metric::ALL.iter().find(|(n, _)| *n == name).map(|(_, h)| *h);
+            let histogram = metric::ALL
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, h)| *h);
             assert_eq!(
                 histogram,
                 Some(name.ends_with("_duration_seconds")),

@@ -55,14 +55,23 @@ fn dashboard_problems(dashboard: &Value, datasource_uid: &str) -> Vec<String> {
                 problems.push(format!("{title}: `{expr}` reads no metric of the oracle's"));
             }
             for name in names.iter().filter(|name| !exported(name)) {
-                problems.push(format!("{title}: `{name}` is not a metric the oracle exports"));
+                problems.push(format!(
+                    "{title}: `{name}` is not a metric the oracle exports"
+                ));
             }
         }
     }
-    for variable in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let query = variable["definition"].as_str().unwrap_or_default();
         for name in metrics_in(query).iter().filter(|name| !exported(name)) {
-            problems.push(format!("variable {}: `{name}` is not exported", variable["name"]));
+            problems.push(format!(
+                "variable {}: `{name}` is not exported",
+                variable["name"]
+            ));
         }
     }
     problems
@@ -91,9 +100,12 @@ fn the_dashboard_reads_only_what_the_oracle_exports_from_the_provisioned_datasou
 
     // The checks can fail.
     let text = read(DASHBOARD);
-    let misspelt: Value =
-        serde_json::from_str(&text.replacen("oracle_placements_total", "oracle_placement_total", 1))
-            .unwrap();
+    let misspelt: Value = serde_json::from_str(&text.replacen(
+        "oracle_placements_total",
+        "oracle_placement_total",
+        1,
+    ))
+    .unwrap();
     assert_eq!(dashboard_problems(&misspelt, &uid).len(), 1);
     let counter_as_histogram: Value = serde_json::from_str(&text.replacen(
         "oracle_placement_decision_duration_seconds_bucket",
