@@ -359,10 +359,7 @@ impl MigrationStore for PostgresStore {
             )
             .fetch_all(&self.pool)
             .await?;
-            names
-                .iter()
-                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
-                .collect()
+            super::cluster_names(&names)
         })
         .await
     }

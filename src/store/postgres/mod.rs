@@ -685,6 +685,14 @@ fn silos_from_rows(rows: &[PgRow]) -> Result<Vec<SiloRecord>, StoreError> {
     Ok(silos)
 }
 
+/// Cluster names as the database holds them (each was checked on its way in).
+fn cluster_names(names: &[String]) -> Result<Vec<ClusterName>, StoreError> {
+    names
+        .iter()
+        .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .collect()
+}
+
 fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
     Ok(Activation {
         grain: row.try_get("grain")?,
@@ -1646,10 +1654,7 @@ impl MembershipStore for PostgresStore {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?;
-            names
-                .iter()
-                .map(|n| ClusterName::parse(n).map_err(|e| StoreError::Corrupt(e.to_string())))
-                .collect()
+            cluster_names(&names)
         })
         .await
     }
