@@ -371,6 +371,11 @@ impl Config {
                 "ORACLE_KEY_HASH_SECRET must be 24 to 512 printable characters without white space \
                  (e.g. `openssl rand -hex 32`)",
             );
+            check(
+                !self.open_mode(),
+                "ORACLE_KEY_HASH_SECRET is set but no admin token is: without one there are no \
+                 keys to hash (set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, or unset it)",
+            );
         }
         if let Some(token) = &self.admin_token {
             check(
@@ -624,6 +629,20 @@ mod tests {
         assert!(!format!("{config:?}").contains("0123456789abcdef"));
         config.admin_token = Some(Secret::new("short"));
         assert!(config.validate().unwrap_err()[0].contains("ORACLE_ADMIN_TOKEN"));
+    }
+
+    #[test]
+    fn a_key_hash_secret_needs_an_admin_token_and_never_shows() {
+        let mut config = Config::defaults();
+        config.admin_token = None;
+        config.admin_token_file = None;
+        config.key_hash_secret = Some(Secret::new("fedcba9876543210fedcba9876543210"));
+        assert!(config.validate().unwrap_err()[0].contains("no admin token"));
+        config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
+        assert_eq!(config.validate(), Ok(()));
+        assert!(!format!("{config:?}").contains("fedcba9876543210"));
+        config.key_hash_secret = Some(Secret::new("short"));
+        assert!(config.validate().unwrap_err()[0].contains("ORACLE_KEY_HASH_SECRET"));
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub mod metric {
     pub const RATE_LIMITED: &str = "oracle_rate_limited_total";
 
     /// Every metric above, and whether it is a histogram (exported as its `_bucket`, `_sum` and
-    /// `_count` series): what a dashboard may query (`tests/api/packaging.rs` holds the shipped
+    /// `_count` series): what a dashboard may query (`tests/api/dashboard.rs` holds the shipped
     /// one to it).
     pub const ALL: &[(&str, bool)] = &[
         (HTTP_REQUESTS, false),

@@ -4,7 +4,7 @@
 #
 #   examples/simulator/run.sh                      # 10 silos against http://127.0.0.1:8080 (`cargo run --release`)
 #   examples/simulator/run.sh --help               # every option
-#   examples/simulator/run.sh --url http://127.0.0.1:8081 --url http://127.0.0.1:8082 --admin-token "$ORACLE_ADMIN_TOKEN"
+#   ORACLE_ADMIN_TOKEN=… examples/simulator/run.sh --url http://127.0.0.1:8081 --url http://127.0.0.1:8082
 #
 # Everything it makes is under examples/simulator/build/ (git-ignored): a venv with the pinned packages of
 # contract/python/client-requirements.txt, and the generated client, made again whenever the spec changes.

@@ -8,8 +8,9 @@ even out, and the repartitioner has calls to bring together.
     examples/simulator/run.sh                       # against http://127.0.0.1:8080 (the README's `cargo run --release`)
     examples/simulator/run.sh --silos 20 --duration 120 --url http://127.0.0.1:8081 --url http://127.0.0.1:8082
 
-With credentials, pass the admin token (`--admin-token` or ORACLE_ADMIN_TOKEN): the simulator issues its cluster a
-key with both scopes and uses nothing else; or pass such a key (`--key`). It prints one line per tick, and exits 1 if
+With credentials, give it the admin token in ORACLE_ADMIN_TOKEN (or `--admin-token`, which `ps` shows): the simulator
+issues its cluster a key with both scopes, uses nothing else, and revokes it when it stops; or give it such a key
+(ORACLE_KEY or `--key`). It prints one line per tick, and exits 1 if
 the oracle answered anything it did not expect (each such answer is printed).
 """
 
@@ -27,7 +28,7 @@ from typing import TypeVar
 import httpx
 
 from placement_oracle_client import AuthenticatedClient
-from placement_oracle_client.api.credentials import issue_key
+from placement_oracle_client.api.credentials import issue_key, revoke_key
 from placement_oracle_client.api.directory import delete_activation, get_activation, post_placement_batch
 from placement_oracle_client.api.membership import post_heartbeat
 from placement_oracle_client.api.migrations import complete_migration, fail_migration, list_migrations
@@ -91,6 +92,9 @@ class Simulation:
         self.ticks = 0
         self.groups = 0
         generation = int(time.time())
+        # Grains are named for this run too: a run started again within the silo TTL must not
+        # find the last run's grains on silos it does not simulate.
+        self.run = f"{generation:x}"
         late = min(args.late, args.silos - 1)
         self.silos = [
             Silo(
@@ -102,8 +106,12 @@ class Simulation:
             )
             for i in range(args.silos)
         ]
+        self.by_id = {silo.id: (i, silo) for i, silo in enumerate(self.silos)}
 
     # ------------------------------------------------------------ plumbing
+
+    def grain(self, grain_type: str, group: int, k: int) -> str:
+        return f"{grain_type}/{self.run}.g{group}-{k}"
 
     def client(self, silo_index: int = 0) -> AuthenticatedClient:
         """Each silo talks to one replica, as silos behind a balancer stick to a connection."""
@@ -161,7 +169,7 @@ class Simulation:
             grain_type = self.rng.choices([t for t, _ in GRAIN_TYPES], weights=[w for _, w in GRAIN_TYPES])[0]
             origin = self.rng.choice(live).id
             for k in range(GROUP_SIZE):
-                requests.append(PlacementRequest(grain=f"{grain_type}/g{group}-{k}", requesting_silo=origin))
+                requests.append(PlacementRequest(grain=self.grain(grain_type, group, k), requesting_silo=origin))
         for start in range(0, len(requests), 1000):
             chunk = requests[start:start + 1000]
             answer = self.expect(post_placement_batch.sync_detailed(
@@ -181,25 +189,23 @@ class Simulation:
                     self.hold(result.grain, placement.silo, placement.epoch)
 
     def hold(self, grain: str, silo_id: str, epoch: int) -> None:
-        previous = self.holder.get(grain)
-        if previous is not None:
-            self.silo(previous[0]).grains.discard(grain)
-        self.holder[grain] = (silo_id, epoch)
-        self.silo(silo_id).grains.add(grain)
+        """The directory says `silo_id` holds activation `epoch` of `grain`. A silo this run does not
+        simulate (another simulator's, say) runs it, not us: the grain is no longer ours to track."""
+        self.drop(grain)
+        if silo_id in self.by_id:
+            self.holder[grain] = (silo_id, epoch)
+            self.by_id[silo_id][1].grains.add(grain)
 
     def drop(self, grain: str) -> None:
         previous = self.holder.pop(grain, None)
         if previous is not None:
-            self.silo(previous[0]).grains.discard(grain)
-
-    def silo(self, silo_id: str) -> Silo:
-        return next(s for s in self.silos if s.id == silo_id)
+            self.by_id[previous[0]][1].grains.discard(grain)
 
     def deactivate(self) -> None:
         grains = list(self.holder)
         for grain in self.rng.sample(grains, int(len(grains) * self.args.deactivate)):
             silo_id, epoch = self.holder[grain]
-            index = self.silos.index(self.silo(silo_id))
+            index = self.by_id[silo_id][0]
             response = delete_activation.sync_detailed(
                 self.args.cluster, grain, client=self.client(index), silo=silo_id, epoch=epoch)
             if response.status_code == 204:
@@ -251,17 +257,17 @@ class Simulation:
         edges: list[Edge] = []
         for _ in range(self.args.edges):
             group = self.rng.randrange(self.groups)
-            grain_type = next((t for t, _ in GRAIN_TYPES if f"{t}/g{group}-0" in self.holder), None)
+            grain_type = next((t for t, _ in GRAIN_TYPES if self.grain(t, group, 0) in self.holder), None)
             if grain_type is None:
                 continue
             k = self.rng.randrange(GROUP_SIZE)
-            source = f"{grain_type}/g{group}-{k}"
+            source = self.grain(grain_type, group, k)
             if self.rng.random() < 0.1:
                 other = self.rng.randrange(self.groups)
-                target_type = next((t for t, _ in GRAIN_TYPES if f"{t}/g{other}-0" in self.holder), grain_type)
-                target = f"{target_type}/g{other}-{self.rng.randrange(GROUP_SIZE)}"
+                target_type = next((t for t, _ in GRAIN_TYPES if self.grain(t, other, 0) in self.holder), grain_type)
+                target = self.grain(target_type, other, self.rng.randrange(GROUP_SIZE))
             else:
-                target = f"{grain_type}/g{group}-{(k + 1) % GROUP_SIZE}"
+                target = self.grain(grain_type, group, (k + 1) % GROUP_SIZE)
             if source in self.holder and target in self.holder and source != target:
                 edges.append(Edge(from_=source, to=target, count=self.rng.randint(1, 20)))
         for start in range(0, len(edges), 10_000):
@@ -303,19 +309,29 @@ def set_policy(args: argparse.Namespace, client: AuthenticatedClient) -> None:
         sys.exit(f"the policy was refused: {response.status_code} {response.content!r}")
 
 
-def connect(args: argparse.Namespace) -> list[AuthenticatedClient]:
+def connect(args: argparse.Namespace) -> tuple[list[AuthenticatedClient], str | None]:
+    """A client per replica, and the id of the key issued for this run (None when none was)."""
     token = args.key
+    issued_id = None
     if token is None and args.admin_token:
         admin = AuthenticatedClient(base_url=args.url[0], token=args.admin_token)
         issued = admin_key(issue_key.sync_detailed(args.cluster, client=admin, body=NewKeyRequest(
             scopes=[Scope.SILO, Scope.OPERATOR], label="silo simulator")))
-        token = issued.key
+        token, issued_id = issued.key, issued.id
         print(f"issued key {issued.id} (silo, operator) for cluster {args.cluster}")
     # The generated operations all take an AuthenticatedClient (the spec declares a credential on each); in
     # open mode the oracle asks for none, and an empty Authorization header is ignored.
     if token is None:
-        return [AuthenticatedClient(base_url=url, token="", prefix="") for url in args.url]
-    return [AuthenticatedClient(base_url=url, token=token) for url in args.url]
+        return [AuthenticatedClient(base_url=url, token="", prefix="") for url in args.url], None
+    return [AuthenticatedClient(base_url=url, token=token) for url in args.url], issued_id
+
+
+def revoke(args: argparse.Namespace, key_id: str) -> None:
+    """The run's key goes with the run (a cluster holds at most 100)."""
+    admin = AuthenticatedClient(base_url=args.url[0], token=args.admin_token)
+    response = revoke_key.sync_detailed(args.cluster, key_id, client=admin)
+    print(f"revoked key {key_id}" if response.status_code == 204
+          else f"could not revoke key {key_id}: {response.status_code} {response.content!r}")
 
 
 def admin_key(response: Response[IssuedKeyResponse | Problem]) -> IssuedKeyResponse:
@@ -343,7 +359,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-policy", action="store_true", help="leave the cluster's policy as it is")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--key", default=os.environ.get("ORACLE_KEY"), help="a cluster key with both scopes")
-    parser.add_argument("--admin-token", default=os.environ.get("ORACLE_ADMIN_TOKEN"))
+    parser.add_argument("--admin-token", default=os.environ.get("ORACLE_ADMIN_TOKEN"),
+                        help="default: ORACLE_ADMIN_TOKEN (prefer it: a command line is visible to `ps`)")
     args = parser.parse_args(argv)
     args.url = args.url or ["http://127.0.0.1:8080"]
     if args.silos < 1:
@@ -362,10 +379,8 @@ class Stop:
         self.requested = True
 
 
-def main(argv: list[str]) -> int:
-    args = parse(argv)
-    stop = Stop()
-    clients = connect(args)
+def run(args: argparse.Namespace, clients: list[AuthenticatedClient], stop: Stop) -> Tally:
+    """Ticks until the duration is up, Ctrl-C or SIGTERM; the tally of what was done."""
     simulation = Simulation(args, clients)
     print(f"{args.silos} silos ({min(args.late, args.silos - 1)} joining at tick {args.late_at}) of cluster "
           f"{args.cluster} on {', '.join(args.url)}")
@@ -391,7 +406,22 @@ def main(argv: list[str]) -> int:
     print(f"done after {tick - 1} ticks: {t.placed} placed, {t.deactivated} deactivated, {t.moved} migrations "
           f"completed ({t.refused_moves} refused, {t.failed_moves} failed on purpose), {t.edges} edges; "
           f"{t.unexpected} unexpected answers, {t.unreachable} ticks without the oracle")
-    return 1 if t.unexpected else 0
+    return t
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    stop = Stop()
+    clients, issued_key = connect(args)
+    try:
+        tally = run(args, clients, stop)
+    finally:
+        if issued_key is not None:
+            try:
+                revoke(args, issued_key)
+            except httpx.TransportError as error:
+                print(f"could not revoke key {issued_key}: {error}")
+    return 1 if tally.unexpected else 0
 
 
 if __name__ == "__main__":

@@ -247,8 +247,9 @@ pub async fn post_placement(
 ///
 /// What a placement of the grain would decide now, with the whole explanation (candidates, silos
 /// left out and why, filters, scores, the rule), and the grain's live activation if it has one.
-/// Registers nothing and leaves no tally behind, so any key of the cluster may ask; a `webhook`
-/// strategy's endpoint is asked as for a placement. It counts against the cluster's placement rate.
+/// Registers nothing, leaves no tally behind and calls nothing outside the oracle (a `webhook`
+/// type is decided by its fallback), so any key of the cluster may ask; it does not count against
+/// the cluster's placement rate.
 #[utoipa::path(
     post,
     path = "/v1/clusters/{cluster}/placements/preview",
@@ -264,7 +265,6 @@ pub async fn post_placement(
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -273,7 +273,6 @@ pub async fn post_placement_preview(
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<PlacementPreviewRequest>,
 ) -> Result<Json<PlacementPreviewResponse>, ApiError> {
-    state.rate_limits.placements(&cluster, 1)?;
     let request = PlacementRequest {
         grain: request.grain,
         requesting_silo: request.requesting_silo,

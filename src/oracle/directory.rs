@@ -216,7 +216,7 @@ impl Oracle {
             if !matches!(outcome, Registration::Registered(_)) {
                 if let Some(decision) = tentative.get(&i) {
                     stale_view |= matches!(outcome, Registration::SiloUnavailable);
-                    if strategies[i].tallies() {
+                    if decision.tallied {
                         not_placed.push(decision.silo.clone());
                     }
                 }
@@ -315,6 +315,7 @@ impl Oracle {
                         }
                         attempts.push((
                             i,
+                            decision.tallied,
                             NewActivation {
                                 grain: request.grain.clone(),
                                 silo: decision.silo,
@@ -339,20 +340,20 @@ impl Oracle {
                 .call_many(
                     attempts
                         .iter()
-                        .map(|(_, entry)| (cluster.clone(), entry.clone()))
+                        .map(|(_, _, entry)| (cluster.clone(), entry.clone()))
                         .collect(),
                 )
                 .await?;
             let not_placed: Vec<SiloId> = attempts
                 .iter()
                 .zip(&registrations)
-                .filter(|((i, _), registration)| {
-                    strategies[*i].tallies() && !matches!(registration, Registration::Registered(_))
+                .filter(|((_, tallied, _), registration)| {
+                    *tallied && !matches!(registration, Registration::Registered(_))
                 })
-                .map(|((_, entry), _)| entry.silo.clone())
+                .map(|((_, _, entry), _)| entry.silo.clone())
                 .collect();
             self.untally(cluster, &view, &not_placed);
-            for ((i, _), registration) in attempts.into_iter().zip(registrations) {
+            for ((i, _, _), registration) in attempts.into_iter().zip(registrations) {
                 match registration {
                     Registration::Registered(activation) => {
                         results[i] = Some(Ok(self.answered(

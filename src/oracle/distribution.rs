@@ -1,6 +1,6 @@
 //! How a cluster's grains are spread over its silos, and where the open migrations are taking
-//! them: what an operator's page draws. Two store reads whatever the number of silos: one count
-//! of directory entries per silo and one of open migrations per pair of silos.
+//! them: what an operator's page draws. Three store reads whatever the number of silos: the
+//! membership, one count of directory entries per silo and one of open migrations per pair.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -83,12 +83,7 @@ impl Distribution {
 impl Oracle {
     /// The cluster's directory spread over its silos, with the migrations under way.
     pub async fn distribution(&self, cluster: &ClusterName) -> Result<Distribution, OracleError> {
-        let membership = self
-            .store
-            .membership(cluster)
-            .await
-            .inspect_err(|_| metric::store_error("membership"))?
-            .ok_or_else(|| OracleError::ClusterNotFound(cluster.to_string()))?;
+        let membership = self.read_membership(cluster).await?;
         let activations = self
             .store
             .activation_counts(cluster)

@@ -1,6 +1,7 @@
 //! A placement tried out: what the grain's strategy would decide now, and why, without
 //! registering anything. Operators use it to see a policy at work (the live page's tryout); it
-//! changes neither the directory nor the tallies later decisions read.
+//! changes neither the directory nor the tallies later decisions read, and it calls nothing
+//! outside the oracle, so any key of the cluster may ask.
 
 use std::collections::HashMap;
 
@@ -23,66 +24,68 @@ pub struct Preview {
 }
 
 impl Oracle {
-    /// Decides `request` as a placement would, on a fresh membership read, with its explanation;
-    /// a webhook strategy asks its endpoint, as a placement would. Registers nothing, and a
-    /// tallying strategy's tally is taken back at once.
+    /// Decides `request` as a placement would, with its explanation: on a recent membership read,
+    /// and on a fresh one if nothing fitted. A `webhook` type is decided by its fallback: a
+    /// preview never calls the operator's endpoint. Registers nothing, and a tallied decision is
+    /// taken back at once.
     pub async fn preview(
         &self,
         cluster: &ClusterName,
         request: PlaceRequest,
     ) -> Result<Preview, OracleError> {
-        let (membership, _) = self.membership_for_placement(cluster, true).await?;
-        let strategy = membership
-            .policy
-            .resolve(request.grain.grain_type(), request.strategy)
-            .strategy;
-        let existing = if strategy.registers() {
-            self.lookups
-                .call((cluster.clone(), request.grain.clone()))
-                .await?
-                .filter(|located| located.live)
-                .map(|located| located.activation)
-        } else {
-            None
-        };
-        let view = membership.view();
         let requests = [PlaceRequest {
             explain: true,
             ..request
         }];
-        let strategies = [strategy];
-        let webhook_choices: HashMap<_, _> = self
-            .ask_webhooks(
-                cluster,
-                &view,
-                &membership.policy,
-                &requests,
-                &strategies,
-                &[0],
-            )
-            .await;
-        let round = Round {
-            view: &view,
-            policy: &membership.policy,
-            requests: &requests,
-            strategies: &strategies,
-            webhook_choices: &webhook_choices,
-        };
-        let decision = self
-            .decide(cluster, &round, &[0])
-            .pop()
-            .expect("one decision per request")?;
-        if strategy.tallies() {
-            self.untally(cluster, &view, std::slice::from_ref(&decision.silo));
+        let grain = &requests[0].grain;
+        let mut fresh = false;
+        loop {
+            let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
+            let strategy = membership
+                .policy
+                .resolve(grain.grain_type(), requests[0].strategy)
+                .strategy;
+            let view = membership.view();
+            let strategies = [strategy];
+            let round = Round {
+                view: &view,
+                policy: &membership.policy,
+                requests: &requests,
+                strategies: &strategies,
+                webhook_choices: &HashMap::new(),
+            };
+            let decided = self
+                .decide(cluster, &round, &[0])
+                .pop()
+                .expect("one decision per request");
+            let decision = match decided {
+                Err(_) if cached && !fresh => {
+                    fresh = true;
+                    continue;
+                }
+                decided => decided?,
+            };
+            if decision.tallied {
+                self.untally(cluster, &view, std::slice::from_ref(&decision.silo));
+            }
+            let existing = if strategy.registers() {
+                match self.lookup(cluster, grain).await {
+                    Ok(activation) => Some(activation),
+                    Err(OracleError::ActivationNotFound(_)) => None,
+                    Err(error) => return Err(error),
+                }
+            } else {
+                None
+            };
+            return Ok(Preview {
+                strategy,
+                existing,
+                silo: decision.silo.to_string(),
+                address: decision.address,
+                explanation: decision
+                    .explanation
+                    .expect("a decision asked to explain carries its explanation"),
+            });
         }
-        Ok(Preview {
-            strategy,
-            existing,
-            silo: decision.silo.to_string(),
-            address: decision.address,
-            explanation: decision
-                .explanation
-                .expect("a decision asked to explain carries its explanation"),
-        })
     }
 }

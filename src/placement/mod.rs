@@ -262,6 +262,9 @@ pub struct Decision {
     pub address: String,
     pub rule: Rule,
     pub explanation: Option<Explanation>,
+    /// Whether the decision was added to the tally (`deltas`): its strategy tallies — for
+    /// `webhook`, its fallback does. A decision that does not become a placement is taken back.
+    pub tallied: bool,
 }
 
 /// Why no silo could be chosen.
@@ -469,7 +472,8 @@ pub fn place(
             ),
         },
     };
-    if strategy.tallies() {
+    let tallied = strategy.tallies();
+    if tallied {
         deltas.add(choice.silo, 1);
     }
 
@@ -500,6 +504,7 @@ pub fn place(
         address: choice.silo.profile.address.clone(),
         rule: choice.rule,
         explanation,
+        tallied,
     })
 }
 

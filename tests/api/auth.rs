@@ -396,7 +396,8 @@ async fn keys_work_across_replicas_and_revocation_reaches_them() {
 }
 
 /// With `ORACLE_KEY_HASH_SECRET`, the admin token can change and the keys still work; without
-/// it, keys are hashed under the admin token and a new token invalidates them.
+/// it, keys are hashed under the admin token and a new token invalidates them; set to the old
+/// token, it keeps the keys issued before it was set.
 #[tokio::test]
 async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
     use placement_oracle::config::Secret;
@@ -439,6 +440,22 @@ async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+
+    // Keys issued without a hash secret survive a rotation whose hash secret is the old token.
+    let unsecreted = plain.reconfigured(|oracle| {
+        oracle.with_credentials(Credentials::new(Secret::new(ADMIN_TOKEN), None, ttl))
+    });
+    let (_, old_key) = unsecreted.issue_key(&unsecreted.cluster, &["silo"]).await;
+    let migrated = rotated(Some(&Secret::new(ADMIN_TOKEN)));
+    let reply = migrated
+        .send_as(
+            Some(&old_key),
+            Method::POST,
+            &migrated.path("/heartbeats"),
+            Some(json!({"silo": "10.0.0.6:11111@1"})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
 }
 
 /// Without an admin token nothing asks for a credential, and no key can be issued.

@@ -169,10 +169,54 @@ async fn a_stored_webhook_whose_host_is_not_allowed_is_not_called(backend: Backe
     );
 }
 
+/// A preview of a webhook type calls nothing: its fallback decides. And a tallying fallback's
+/// decision is taken back like any other (it once stayed, as the webhook strategy itself does
+/// not tally), so fifty previews leave later placements as they were.
+async fn a_preview_of_a_webhook_type_calls_nothing_and_leaves_no_tally(backend: Backend) {
+    let (url, calls) =
+        endpoint(|q| axum::Json(json!({ "silo": last_candidate(&q) })).into_response()).await;
+    let app = TestApp::new(backend).await;
+    let policy = json!({ "grain_types": { "user": { "strategy": "webhook",
+        "options": { "webhook": { "url": url, "timeout_ms": 2000, "fallback": "activation_count" } } } } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+    app.heartbeat("a@1", json!({ "recent_activation_count": 0 }))
+        .await;
+    app.heartbeat("b@1", json!({ "recent_activation_count": 1 }))
+        .await;
+    for i in 0..50 {
+        let preview = app
+            .post(
+                "/placements/preview",
+                json!({ "grain": format!("user/{i}") }),
+            )
+            .await;
+        assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
+        assert_eq!(preview.body["strategy"], "webhook");
+        assert_eq!(preview.body["silo"], "a@1", "{}", preview.body);
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "a preview called the endpoint"
+    );
+    // Had the previews been tallied on `a`, the lighter silo now would be `b`.
+    let placed = app
+        .post(
+            "/placements",
+            json!({ "grain": "order/1", "strategy": "activation_count" }),
+        )
+        .await;
+    assert_eq!(placed.body["silo"], "a@1", "{}", placed.body);
+}
+
 for_both_stores!(
     a_policy_naming_a_host_not_allowed_is_refused_and_nothing_is_stored,
     an_admin_allow_list_without_loopback_refuses_a_local_endpoint,
     a_stored_webhook_whose_host_is_not_allowed_is_not_called,
+    a_preview_of_a_webhook_type_calls_nothing_and_leaves_no_tally,
 );
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 // the silos' own words.
 "use strict";
 
-const REFRESH_MS = Number(new URLSearchParams(location.search).get("refresh")) || 2000;
+// `?refresh=` in ms, never below a second: each refresh is a dozen requests or more.
+const REFRESH_MS = Math.max(1000, Number(new URLSearchParams(location.search).get("refresh")) || 2000);
 const DISTRIBUTION_EVERY = 2; // the distribution counts the whole directory: every other refresh
 const MIGRATION_SILOS = 12; // silos whose pending migrations are read per refresh, busiest first
 const STORAGE = "placement-oracle.credential";
@@ -15,6 +16,7 @@ const state = {
   paused: false,
   timer: null,
   tick: 0,
+  generation: 0, // grows with every refresh begun: an older one that ends later draws nothing
   selected: null, // the silo whose grains are shown
   silos: [],
   distribution: null,
@@ -165,15 +167,15 @@ async function api(method, path, body) {
   return parsed;
 }
 
-const clusterPath = (rest) => `/clusters/${encodeURIComponent(state.cluster)}${rest}`;
+const clusterPath = (rest, cluster = state.cluster) => `/clusters/${encodeURIComponent(cluster)}${rest}`;
 
-/** Every silo, following the cursor (at most ten pages of 1000). */
-async function allSilos() {
+/** Every silo of `cluster`, following the cursor (at most ten pages of 1000). */
+async function allSilos(cluster) {
   const silos = [];
   let cursor = null;
   for (let page = 0; page < 10; page += 1) {
     const query = cursor ? `?limit=1000&cursor=${encodeURIComponent(cursor)}` : "?limit=1000";
-    const answer = await api("GET", clusterPath(`/silos${query}`));
+    const answer = await api("GET", clusterPath(`/silos${query}`, cluster));
     silos.push(...answer.silos);
     cursor = answer.next_cursor;
     if (!cursor) break;
@@ -321,25 +323,31 @@ function drawSilos(silos, distribution) {
     if (selected) rows.push(el("tr", { class: "detail" }, el("td", { colspan: 9, id: "silo-detail" }, "…")));
   }
   fill(document.querySelector("#silos tbody"), rows);
+  // The tryout's silo list changes only when membership does: rebuilt every refresh, an open
+  // list would close under the user's pointer.
   const tryoutSilo = document.getElementById("tryout-silo");
-  const chosen = tryoutSilo.value;
-  fill(
-    tryoutSilo,
-    el("option", { value: "" }, "(none)"),
-    silos
-      .filter((s) => s.status !== "dead")
-      .map((s) => el("option", { value: s.silo, selected: s.silo === chosen }, s.silo)),
-  );
+  const live = silos.filter((s) => s.status !== "dead").map((s) => s.silo);
+  if (tryoutSilo.dataset.silos !== live.join(" ")) {
+    const chosen = tryoutSilo.value;
+    fill(
+      tryoutSilo,
+      el("option", { value: "" }, "(none)"),
+      live.map((id) => el("option", { value: id, selected: id === chosen }, id)),
+    );
+    tryoutSilo.dataset.silos = live.join(" ");
+  }
 }
 
-async function drawSiloDetail() {
-  const cell = document.getElementById("silo-detail");
-  if (!cell || !state.selected) return;
+/** The selected silo's grains and migrations; `current()` says whether to draw them still. */
+async function drawSiloDetail(current = () => true) {
+  if (!document.getElementById("silo-detail") || !state.selected) return;
   const silo = encodeURIComponent(state.selected);
   const [grains, migrations] = await Promise.all([
     api("GET", clusterPath(`/activations?silo=${silo}&limit=60`)),
     api("GET", clusterPath(`/migrations?silo=${silo}&limit=20`)),
   ]);
+  const cell = document.getElementById("silo-detail");
+  if (!cell || !current()) return;
   fill(
     cell,
     el("div", {}, el("strong", {}, "Grains on this silo"), grains.next_cursor ? " (the first 60)" : ""),
@@ -384,19 +392,21 @@ function drawSpread(silos, distribution) {
   const step = Math.max(4, Math.min(64, Math.floor(1100 / columns.length)));
   const width = Math.max(320, columns.length * step + 110);
   const largest = Math.max(1, ...columns.map((c) => c.share.activations + c.share.migrating_in));
-  const scale = (n) => (n / largest) * (height - top - bottom);
+  // Open migrations may outlive their entries for a moment (until the stale ones are cancelled).
+  const scale = (n) => (Math.max(0, n) / largest) * (height - top - bottom);
   const base = height - bottom;
-  const mean = distribution.activations / columns.length;
+  const mean = columns.reduce((sum, c) => sum + c.share.activations, 0) / columns.length;
   const parts = columns.map((c, i) => {
     const x = 100 + i * step;
     const w = Math.max(2, step - Math.max(2, step / 5));
-    const stays = c.share.activations - c.share.migrating_out;
+    const stays = Math.max(0, c.share.activations - c.share.migrating_out);
+    const leaving = Math.min(c.share.migrating_out, c.share.activations);
     const label = columns.length <= 24 ? c.silo.replace(/@.*/, "") : null;
     return svg(
       "g",
       { class: "column", "data-silo": c.silo, "data-activations": c.share.activations },
       svg("rect", { x, y: base - scale(stays), width: w, height: scale(stays), fill: COLOURS.directory }),
-      svg("rect", { x, y: base - scale(c.share.activations), width: w, height: scale(c.share.migrating_out), fill: COLOURS.out }),
+      svg("rect", { x, y: base - scale(c.share.activations), width: w, height: scale(leaving), fill: COLOURS.out }),
       svg("rect", { x, y: base - scale(c.share.activations + c.share.migrating_in), width: w, height: scale(c.share.migrating_in), fill: COLOURS.in, "fill-opacity": 0.35 }),
       svg("title", {}, `${c.silo} (${c.status}): ${c.share.activations} grains, ${c.share.migrating_out} leaving, ${c.share.migrating_in} arriving`),
       label
@@ -419,7 +429,7 @@ function drawSpread(silos, distribution) {
 }
 
 /** Pending migrations of the busiest sources, and a bar per silo pair. */
-async function drawMigrations(distribution, nowMs) {
+async function drawMigrations(distribution, nowMs, current) {
   const flows = distribution ? distribution.migrations : [];
   const total = flows.reduce((sum, f) => sum + f.count, 0);
   const largest = Math.max(1, ...flows.map((f) => f.count));
@@ -456,6 +466,7 @@ async function drawMigrations(distribution, nowMs) {
   const pages = await Promise.all(
     sources.map((s) => api("GET", clusterPath(`/migrations?silo=${encodeURIComponent(s.silo)}&limit=5`))),
   );
+  if (!current()) return;
   const migrations = pages.flatMap((page) => page.migrations).sort((a, b) => a.id - b.id);
   const shown = 15;
   const more = total - Math.min(shown, migrations.length);
@@ -687,17 +698,21 @@ function drawPreview(preview) {
 // ---------------------------------------------------------------- refresh loop
 
 async function refresh() {
-  if (!state.cluster) return;
+  const cluster = state.cluster;
+  if (!cluster) return;
   state.tick += 1;
+  const generation = ++state.generation;
   const status = document.getElementById("status");
   try {
     const readDistribution = state.distribution === null || state.tick % DISTRIBUTION_EVERY === 0;
     const [silos, rebalancer, repartitioner, distribution] = await Promise.all([
-      allSilos(),
-      api("GET", clusterPath("/rebalancer")),
-      api("GET", clusterPath("/repartitioner")),
-      readDistribution ? api("GET", clusterPath("/distribution")) : Promise.resolve(state.distribution),
+      allSilos(cluster),
+      api("GET", clusterPath("/rebalancer", cluster)),
+      api("GET", clusterPath("/repartitioner", cluster)),
+      readDistribution ? api("GET", clusterPath("/distribution", cluster)) : Promise.resolve(state.distribution),
     ]);
+    // A later refresh (of this cluster or another one picked meanwhile) draws instead.
+    if (generation !== state.generation) return;
     state.silos = silos;
     state.distribution = distribution;
     // Ages of migrations are told on the oracle's clock, read off the silos' heartbeat stamps.
@@ -707,14 +722,17 @@ async function refresh() {
     drawSilos(silos, distribution);
     drawRebalancer(rebalancer);
     drawRepartitioner(repartitioner);
-    await Promise.all([drawMigrations(distribution, nowMs), drawSiloDetail()]);
+    const current = () => generation === state.generation;
+    await Promise.all([drawMigrations(distribution, nowMs, current), drawSiloDetail(current)]);
+    if (!current()) return;
     showProblem(null);
     state.lastUpdate = Date.now();
     document.body.dataset.loaded = "true";
     status.textContent = `Cluster ${state.cluster}: updated ${new Date(state.lastUpdate).toLocaleTimeString()}, every ${REFRESH_MS / 1000} s.`;
   } catch (error) {
+    if (generation !== state.generation) return;
     showProblem(error);
-    status.textContent = `Cluster ${state.cluster}: the last refresh failed.`;
+    status.textContent = `Cluster ${cluster}: the last refresh failed.`;
   }
 }
 
@@ -733,7 +751,10 @@ function selectSilo(silo) {
   drawSiloDetail().catch(showProblem);
 }
 
-/** The clusters this credential may list (the admin's, or anyone's in open mode). */
+/**
+ * The clusters this credential may list (the admin's, or anyone's in open mode); false when it
+ * may not list them.
+ */
 async function loadClusters() {
   const select = document.getElementById("cluster-select");
   const input = document.getElementById("cluster-input");
@@ -743,10 +764,12 @@ async function loadClusters() {
     select.hidden = answer.clusters.length === 0;
     input.hidden = answer.clusters.length > 0;
     if (!state.cluster && answer.clusters.length) state.cluster = answer.clusters[0];
+    return true;
   } catch {
     // A cluster key may not list clusters: the name is typed instead.
     select.hidden = true;
     input.hidden = false;
+    return false;
   }
 }
 
@@ -758,10 +781,15 @@ async function connect(event) {
   const select = document.getElementById("cluster-select");
   const input = document.getElementById("cluster-input");
   const wanted = !input.hidden && input.value.trim() ? input.value.trim() : !select.hidden ? select.value : state.cluster;
-  state.cluster = wanted;
-  await loadClusters();
+  if (wanted !== state.cluster) {
+    // Nothing drawn for the previous cluster may stand for this one.
+    Object.assign(state, { cluster: wanted, distribution: null, selected: null, silos: [], tick: 0 });
+  }
+  const listed = await loadClusters();
   if (!state.cluster) {
-    document.getElementById("status").textContent = "No cluster yet: one exists once a silo has sent a heartbeat.";
+    document.getElementById("status").textContent = listed
+      ? "No cluster yet: one exists once a silo has sent a heartbeat."
+      : "Type the cluster's name (a cluster key cannot list the clusters).";
     return;
   }
   history.replaceState(null, "", `#cluster=${encodeURIComponent(state.cluster)}`);
