@@ -207,11 +207,10 @@ async fn a_preview_decides_and_explains_but_registers_nothing(backend: Backend) 
     unknown_cluster.problem(StatusCode::NOT_FOUND);
 }
 
-/// A tallying strategy counts each decision until the silo's next heartbeat; a preview's is
-/// taken back, so a thousand previews leave later placements as they were.
-async fn previews_leave_no_tally_behind(backend: Backend) {
-    let app = TestApp::new(backend).await;
-    let policy = json!({ "default_strategy": "activation_count" });
+/// Two silos, `a` lighter than `b` for `activation_count`; fifty previews of `user` grains under
+/// `policy`, each deciding `a`; then a real `activation_count` placement, which still lands on
+/// `a`. Had the previews been tallied on `a`, the lighter silo would by then be `b`.
+pub async fn previews_then_a_placement_find_the_same_lighter_silo(app: &TestApp, policy: Value) {
     assert_eq!(
         app.put_policy(Some("*"), policy).await.status,
         StatusCode::OK
@@ -227,10 +226,24 @@ async fn previews_leave_no_tally_behind(backend: Backend) {
                 json!({ "grain": format!("user/{i}") }),
             )
             .await;
+        assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
         assert_eq!(preview.body["silo"], "a@1", "{}", preview.body);
     }
-    // Had the 50 previews been tallied on `a`, the lighter silo now would be `b`.
-    assert_eq!(app.place("user/real").await["silo"], "a@1");
+    let placed = app
+        .post(
+            "/placements",
+            json!({ "grain": "order/1", "strategy": "activation_count" }),
+        )
+        .await;
+    assert_eq!(placed.body["silo"], "a@1", "{}", placed.body);
+}
+
+/// A tallying strategy counts each decision until the silo's next heartbeat; a preview's is
+/// taken back at once.
+async fn previews_leave_no_tally_behind(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    let policy = json!({ "default_strategy": "activation_count" });
+    previews_then_a_placement_find_the_same_lighter_silo(&app, policy).await;
 }
 
 for_both_stores!(
