@@ -1,0 +1,25 @@
+//! The runtime harness: the oracle as runtimes meet it, under faults.
+//!
+//! Real oracle processes (the built binary, two replicas) on real Postgres; silo hosts
+//! ([`host`]) that keep every rule the README gives a runtime, the silo lease included; callers
+//! ([`callers`]) that ask either replica and call the host named; and a referee ([`registry`])
+//! that records every activation's start and end and counts two hosts running one grain at once.
+//! [`faults`] holds one test per fault: Postgres stopped and crashed for three TTLs (on a server
+//! of the test's own, [`postgres_server`]), a silo cut off from the oracle, a replica killed and
+//! restarted, a host killed, a drain, and rebalancer sessions.
+//!
+//! A binary of its own, apart from `tests/api`: its runs need both cores to keep their timing, so
+//! they go one at a time, and the other suite's tests do not share the machine with them.
+
+mod api;
+mod callers;
+mod cluster_run;
+mod faults;
+mod host;
+mod oracle_process;
+mod postgres_server;
+// The same proxy the API suite cuts the database with (this binary cuts hosts off with it).
+#[allow(dead_code)]
+#[path = "../api/proxy.rs"]
+mod proxy;
+mod registry;
