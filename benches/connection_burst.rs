@@ -37,6 +37,7 @@ fn node(i: usize) -> SiloRecord {
             first_seen_ms: 0,
         },
         drained_at_ms: None,
+        protected_until_ms: 0,
     }
 }
 

@@ -52,6 +52,7 @@ fn silo(i: usize, activations: u64, status: SiloStatus) -> SiloRecord {
             first_seen_ms: 0,
         },
         drained_at_ms: None,
+        protected_until_ms: 0,
     }
 }
 

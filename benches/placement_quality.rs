@@ -55,6 +55,7 @@ fn silo(i: usize) -> SiloRecord {
             first_seen_ms: 0,
         },
         drained_at_ms: None,
+        protected_until_ms: 0,
     }
 }
 

@@ -28,6 +28,9 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Buckets of store outages' lengths in seconds: from a blip to half an hour.
+const OUTAGE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0];
+
 /// The process's Prometheus recorder, installed on first use. Every app built in this process
 /// (tests build many) renders the same registry.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -38,6 +41,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .set_buckets_for_metric(
                     Matcher::Suffix("_duration_seconds".into()),
                     LATENCY_BUCKETS,
+                )
+                .expect("bucket list is not empty")
+                .set_buckets_for_metric(
+                    Matcher::Full(metric::STORE_OUTAGE_DURATION.into()),
+                    OUTAGE_BUCKETS,
                 )
                 .expect("bucket list is not empty")
                 .install_recorder()
@@ -80,6 +88,10 @@ pub mod metric {
     pub const AUTH_DENIED: &str = "oracle_auth_denied_total";
     pub const REQUESTS_SHED: &str = "oracle_requests_shed_total";
     pub const RATE_LIMITED: &str = "oracle_rate_limited_total";
+    pub const STORE_OUTAGES: &str = "oracle_store_outages_total";
+    pub const STORE_OUTAGE_DURATION: &str = "oracle_store_outage_duration_seconds";
+    pub const DEATHS_DEFERRED: &str = "oracle_silo_deaths_deferred_total";
+    pub const LEASES_LAPSED: &str = "oracle_silo_leases_lapsed_total";
 
     /// Every metric above, and whether it is a histogram (exported as its `_bucket`, `_sum` and
     /// `_count` series): what a dashboard may query (`tests/api/dashboard.rs` holds the shipped
@@ -110,6 +122,10 @@ pub mod metric {
         (AUTH_DENIED, false),
         (REQUESTS_SHED, false),
         (RATE_LIMITED, false),
+        (STORE_OUTAGES, false),
+        (STORE_OUTAGE_DURATION, true),
+        (DEATHS_DEFERRED, false),
+        (LEASES_LAPSED, false),
     ];
 
     pub(super) fn describe() {
@@ -140,7 +156,7 @@ pub mod metric {
         );
         describe_counter!(
             SILOS_DECLARED_DEAD,
-            "Silos this replica's sweeps declared dead"
+            "Silos this replica declared dead: by its sweeps, or when a placement or a heartbeat found one dead by the death rule"
         );
         describe_gauge!(
             DIRECTORY_ENTRIES,
@@ -209,6 +225,23 @@ pub mod metric {
             WEBHOOK_DURATION,
             Unit::Seconds,
             "Placement webhook call latency by outcome"
+        );
+        describe_counter!(
+            STORE_OUTAGES,
+            "Outages of the store this replica saw begin: it could not reach or write the database (the log says when each began and how long it lasted)"
+        );
+        describe_histogram!(
+            STORE_OUTAGE_DURATION,
+            Unit::Seconds,
+            "How long each outage of the store lasted, from the last answer before it to the first after, as this replica saw it"
+        );
+        describe_counter!(
+            DEATHS_DEFERRED,
+            "Silos silent past their TTL that this replica did not declare dead because it had not reached the store for a whole TTL since their last heartbeat (each counted once per outage): a store outage, not a death"
+        );
+        describe_counter!(
+            LEASES_LAPSED,
+            "Heartbeats that came a whole lease after the silo's previous one: its lease ran out meanwhile and it had to pause its grains"
         );
     }
 
@@ -319,6 +352,22 @@ pub mod metric {
 
     pub fn silos_declared_dead(n: u64) {
         counter!(SILOS_DECLARED_DEAD).increment(n);
+    }
+
+    pub fn store_outage_began() {
+        counter!(STORE_OUTAGES).increment(1);
+    }
+
+    pub fn store_outage_ended(down_ms: i64) {
+        metrics::histogram!(STORE_OUTAGE_DURATION).record(down_ms as f64 / 1_000.0);
+    }
+
+    pub fn silo_deaths_deferred(n: u64) {
+        counter!(DEATHS_DEFERRED).increment(n);
+    }
+
+    pub fn silo_lease_lapsed() {
+        counter!(LEASES_LAPSED).increment(1);
     }
 
     pub fn store_gauges(stats: &StoreStats) {

@@ -21,7 +21,7 @@ from placement_oracle_client.api.migrations import complete_migration, list_migr
 from placement_oracle_client.api.policy import get_policy, put_policy
 from placement_oracle_client.models import (
     ActivationResponse, ConnectionExplanation, ConnectionResponse, ConnectRule, DrainProgress, DrainResponse,
-    Explanation, IssuedKeyResponse, NewKeyRequest, Scope, GrainTypePolicyInput, HeartbeatRequest, MembersInput, MigrationCompleted, MigrationPage,
+    Explanation, IssuedKeyResponse, NewKeyRequest, Scope, GrainTypePolicyInput, HeartbeatRequest, HeartbeatResponse, MembersInput, MigrationCompleted, MigrationPage,
     MigrationReason, Outcome, PlacementBatchRequest, PlacementBatchResponse, PlacementRequest,
     PlacementResponse, PolicyInput, PolicyInputGrainTypes, PolicyResponse, Pool, PoolInput, PreferredMatchFilter,
     PreferredMatchFilterInput, PreferredMatchFilterInputKind, Problem, RequiredMatchFilter, RequiredMatchFilterInput,
@@ -77,8 +77,9 @@ def main(base_url: str) -> None:
         if i < 2:
             beat.memory_usage_bytes, beat.max_available_memory_bytes = 4_000_000_000, 16_000_000_000
             beat.activation_count, beat.connection_count, beat.role = 100 * (i + 1), 10 * (i + 1), "storage"
-        seen = ok(post_heartbeat.sync_detailed(cluster, client=client, body=beat), SiloResponse)
+        seen = ok(post_heartbeat.sync_detailed(cluster, client=client, body=beat), HeartbeatResponse)
         assert seen.silo == silo and seen.status == SiloStatus.ACTIVE and seen.load.cpu_usage == 20.0 * (i + 1)
+        assert seen.lease_ms == seen.silo_ttl_ms - seen.silo_ttl_ms // 10, "the lease: the TTL less a tenth"
         assert seen.load.memory_usage_bytes == (4_000_000_000 if i < 2 else None)
     print("a. 3 heartbeats: all active")
 

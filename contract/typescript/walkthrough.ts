@@ -68,8 +68,10 @@ async function main(baseUrl: string): Promise<void> {
           max_available_memory_bytes: 16_000_000_000, activation_count: 100 * (i + 1),
           connection_count: 10 * (i + 1), role: "storage" }
       : { silo: id, cpu_usage: 20 * (i + 1) };
-    const seen = silo(ok(await client.POST("/v1/clusters/{cluster}/heartbeats", { params: { path }, body: beat })));
+    const answer = ok(await client.POST("/v1/clusters/{cluster}/heartbeats", { params: { path }, body: beat }));
+    const seen = silo(answer);
     assert(seen.silo === id && seen.status === "active" && seen.load.cpu_usage === 20 * (i + 1), "heartbeat");
+    assert(answer.lease_ms === seen.silo_ttl_ms - seen.silo_ttl_ms / 10, "the lease: the TTL less a tenth");
     assert(seen.load.memory_usage_bytes === (i < 2 ? 4_000_000_000 : null), "memory");
   }
   console.log("a. 3 heartbeats: all active");

@@ -38,7 +38,7 @@ from placement_oracle_client.models import (
     ActivationResponse, Edge, EdgeBatch, EdgesAccepted, GrainTypePolicyInput, HeartbeatRequest, HeartbeatRequestMetadataType0, IssuedKeyResponse,
     MigrationCompleted, MigrationFailed, MigrationPage, NewKeyRequest, Outcome, PlacementBatchRequest,
     PlacementBatchResponse, PlacementRequest, PlacementResponse, PolicyInput, PolicyInputGrainTypes, PolicyResponse, Problem,
-    RebalancerOptionsInput, RepartitionerOptionsInput, ReportedStatus, Scope, SiloResponse, Strategy,
+    RebalancerOptionsInput, RepartitionerOptionsInput, ReportedStatus, Scope, HeartbeatResponse, Strategy,
 )
 from placement_oracle_client.types import Response
 
@@ -155,7 +155,7 @@ class Simulation:
                 network_bytes_per_second=int(50_000 + held * 900 + self.rng.uniform(0, 100_000)),
             )
             if self.expect(post_heartbeat.sync_detailed(self.args.cluster, client=self.client(i), body=beat),
-                           SiloResponse) is not None:
+                           HeartbeatResponse) is not None:
                 silo.beats += 1
 
     def place(self) -> None:

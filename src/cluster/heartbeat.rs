@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::lease;
 use super::names::SiloId;
 use super::silo::{Liveness, LoadReport, SiloProfile, SiloRecord, SiloStatus, Smoothing};
 use crate::clock::Millis;
@@ -55,7 +56,8 @@ fn lifecycle_rank(status: SiloStatus) -> u8 {
     }
 }
 
-/// The silo's record after this heartbeat, stamped with the store's clock (`liveness.now`). The
+/// The silo's record after this heartbeat, stamped with the store's clock (`liveness.now`) and
+/// protected from being declared dead until the lease its acknowledgement grants has run out. The
 /// stamp never moves backwards, even if that clock does.
 pub fn apply(
     heartbeat: &Heartbeat,
@@ -64,6 +66,7 @@ pub fn apply(
 ) -> Result<SiloRecord, HeartbeatRejection> {
     let now = liveness.now;
     let drained_at_ms = previous.and_then(|p| p.drained_at_ms);
+    let protected_until = previous.map_or(0, |p| p.protected_until_ms);
     let (mut smoothing, first_seen_ms, heartbeat_count, stamp) = match previous {
         None => (Smoothing::default(), now, 1, now),
         Some(previous) => {
@@ -113,6 +116,8 @@ pub fn apply(
             first_seen_ms,
         },
         drained_at_ms,
+        // The lease this acknowledgement grants (see `lease`) runs out before this.
+        protected_until_ms: lease::protected_until_ms(protected_until, stamp, liveness.silo_ttl_ms),
     })
 }
 
@@ -201,6 +206,24 @@ mod tests {
             next.profile.load.cpu_usage,
             Some(2.0),
             "its load is still taken"
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_heartbeat_protects_the_silo_until_its_lease_and_the_margin_have_passed() {
+        let first = apply(&heartbeat(SiloStatus::Active, 1.0), None, &at(1_000)).unwrap();
+        assert_eq!(first.protected_until_ms, 11_000);
+        // The TTL drops to 3 s: the lease granted under 10 s still stands.
+        let shorter = Liveness::at(2_000, 3_000);
+        let second = apply(&heartbeat(SiloStatus::Active, 1.0), Some(&first), &shorter).unwrap();
+        assert_eq!(second.protected_until_ms, 11_000);
+        assert_eq!(
+            second.status_at(&Liveness::at(10_999, 3_000)),
+            SiloStatus::Active
+        );
+        assert_eq!(
+            second.status_at(&Liveness::at(11_000, 3_000)),
+            SiloStatus::Dead
         );
     }
 

@@ -4,9 +4,10 @@
 
 pub mod heartbeat;
 pub mod kalman;
+pub mod lease;
 pub mod names;
 pub mod silo;
 
 pub use heartbeat::{Heartbeat, HeartbeatRejection};
 pub use names::{ClusterName, GrainId, PoolName, SiloId};
-pub use silo::{Liveness, LoadReport, Outage, SiloRecord, SiloStatus};
+pub use silo::{Liveness, LoadReport, SiloRecord, SiloStatus};

@@ -129,12 +129,19 @@ pub struct SiloRecord {
     /// store's clock. A drained silo stays `shutting_down` whatever it reports afterwards: it takes
     /// no new activations while its grains move away.
     pub drained_at_ms: Option<Millis>,
+    /// Until when (store clock) the silo may not be declared dead: the end of the latest lease it
+    /// was granted, plus the margin ([`super::lease::protected_until_ms`]). 0 for a record no
+    /// lease was granted with.
+    pub protected_until_ms: Millis,
 }
 
 impl SiloRecord {
-    /// The status as `liveness` judges it: a silo silent for the TTL is dead whatever it last said.
+    /// The status as `liveness` judges it: a silo silent for the TTL (and past its protection) is
+    /// dead whatever it last said.
     pub fn status_at(&self, liveness: &Liveness) -> SiloStatus {
-        if self.status == SiloStatus::Dead || !liveness.is_fresh(self.last_heartbeat_ms) {
+        if self.status == SiloStatus::Dead
+            || !liveness.is_alive(self.last_heartbeat_ms, self.protected_until_ms)
+        {
             SiloStatus::Dead
         } else {
             self.status
@@ -163,44 +170,44 @@ pub fn changes_membership(previous: Option<&SiloRecord>, next: &SiloRecord) -> b
 }
 
 /// Everything that decides whether a silo is alive, read at one instant from the store: its clock
-/// (the database's, the same for every replica), the cluster's TTL, and when the replica asking last
-/// could not reach the store.
+/// (the database's, the same for every replica), the cluster's TTL, and since when the replica
+/// asking has reached the store without a break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Liveness {
     /// The store's clock, ms since the Unix epoch.
     pub now: Millis,
     pub silo_ttl_ms: Millis,
-    /// The replica's last store outage, on the store's clock: from when to when it could not reach
-    /// the store (the end is `now` while it lasts). No heartbeat could be stored meanwhile, so that
-    /// time is not a silo's silence.
-    pub outage: Option<Outage>,
-}
-
-/// A span during which the store could not be reached, on the store's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outage {
-    pub began: Millis,
-    pub ended: Millis,
+    /// Since when (on the store's clock) the replica judging has reached the store without a
+    /// break: it saw no heartbeat fail before then, so silence before then is not counted.
+    /// `Millis::MIN` for a store that cannot be unreachable (the embedded one).
+    pub reachable_since: Millis,
 }
 
 impl Liveness {
-    /// A judge with no outage to forgive (the embedded store, which cannot be unreachable).
+    /// A judge that has always reached its store (the embedded store, which cannot be unreachable).
     pub fn at(now: Millis, silo_ttl_ms: Millis) -> Self {
         Self {
             now,
             silo_ttl_ms,
-            outage: None,
+            reachable_since: Millis::MIN,
         }
     }
 
-    /// The liveness rule, in one place (the SQL function `silo_is_live` mirrors it): a heartbeat
-    /// keeps a silo alive for strictly less than the TTL, counting only time during which the store
-    /// was reachable — the last outage's overlap with the silence is not silence.
-    pub fn is_fresh(&self, last_heartbeat_ms: Millis) -> bool {
-        let forgiven = self.outage.map_or(0, |outage| {
-            (outage.ended.min(self.now) - outage.began.max(last_heartbeat_ms)).max(0)
-        });
-        self.silent_for(last_heartbeat_ms) - forgiven < self.silo_ttl_ms
+    /// The death rule, in one place (the SQL function `silo_is_alive` mirrors it). A silo that is
+    /// not marked dead is alive while either
+    /// - its protection lasts (`protected_until_ms`: every lease it was granted, plus the margin,
+    ///   has not yet run out — see [`super::lease`]), or
+    /// - less than a TTL has passed since its last stamp *while this replica reached the store*:
+    ///   silence is counted from the later of the stamp and `reachable_since`. A replica that
+    ///   could not reach the store could not see the heartbeats that failed meanwhile, so every
+    ///   outage it saw (not just the last) is forgiven, and a silo gets a whole TTL after the store
+    ///   answers again to send one.
+    pub fn is_alive(&self, last_heartbeat_ms: Millis, protected_until_ms: Millis) -> bool {
+        self.now < protected_until_ms
+            || self
+                .now
+                .saturating_sub(last_heartbeat_ms.max(self.reachable_since))
+                < self.silo_ttl_ms
     }
 
     /// How long since the heartbeat, never negative.
@@ -221,34 +228,56 @@ impl Liveness {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_silo_is_dead_exactly_when_its_ttl_has_passed() {
-        assert!(Liveness::at(10_999, 10_000).is_fresh(1_000));
-        assert!(!Liveness::at(11_000, 10_000).is_fresh(1_000));
+    /// A judge at `now` that has reached the store since `reachable_since`, TTL 10 s.
+    fn judge(now: Millis, reachable_since: Millis) -> Liveness {
+        Liveness {
+            now,
+            silo_ttl_ms: 10_000,
+            reachable_since,
+        }
     }
 
     #[test]
-    fn time_the_store_was_unreachable_is_not_silence() {
-        // Last heartbeat at 1 s, the store unreachable from 5 s to 25 s, TTL 10 s.
-        let after_outage = Liveness {
-            now: 30_000,
-            silo_ttl_ms: 10_000,
-            outage: Some(Outage {
-                began: 5_000,
-                ended: 25_000,
-            }),
-        };
-        assert!(
-            after_outage.is_fresh(1_000),
-            "29 s silent, 20 s of it unreachable"
-        );
-        assert!(
-            !after_outage.later_by(1_000).is_fresh(1_000),
-            "10 s of reachable silence"
-        );
-        // An outage before the last heartbeat forgives nothing.
-        assert!(!after_outage.later_by(9_000).is_fresh(29_000));
-        assert!(after_outage.later_by(8_999).is_fresh(29_000));
+    fn a_silo_is_dead_exactly_when_its_ttl_has_passed() {
+        assert!(Liveness::at(10_999, 10_000).is_alive(1_000, 0));
+        assert!(!Liveness::at(11_000, 10_000).is_alive(1_000, 0));
+    }
+
+    #[test]
+    fn silence_counts_only_from_when_the_replica_reached_the_store_again() {
+        // Last stamp at 1 s; the store unreachable from 5 s to 25 s (the replica reaches it again
+        // at 25 s). The silo may have sent heartbeats all along: it gets a whole TTL from 25 s.
+        assert!(judge(34_999, 25_000).is_alive(1_000, 0));
+        assert!(!judge(35_000, 25_000).is_alive(1_000, 0));
+        // The old rule forgave only the outage's 20 s and killed it at 31 s.
+        assert!(judge(31_000, 25_000).is_alive(1_000, 0));
+        // A stamp after the outage counts from the stamp.
+        assert!(judge(39_999, 25_000).is_alive(30_000, 0));
+        assert!(!judge(40_000, 25_000).is_alive(30_000, 0));
+    }
+
+    #[test]
+    fn every_outage_is_forgiven_not_only_the_last() {
+        // Stamp at 0; outages 2–6 s and 8–9 s: silence counts from 9 s. Under the old rule (the
+        // last outage's 1 s forgiven) the silo died at 11 s.
+        assert!(judge(11_000, 9_000).is_alive(0, 0));
+        assert!(judge(18_999, 9_000).is_alive(0, 0));
+        assert!(!judge(19_000, 9_000).is_alive(0, 0));
+    }
+
+    #[test]
+    fn a_replica_that_just_reached_the_store_judges_no_silence_it_did_not_see() {
+        // A replica that started (or reached the store again) a moment ago judges a silo silent
+        // for an hour alive, until it has itself watched a whole TTL go by.
+        assert!(judge(3_600_000, 3_599_000).is_alive(0, 0));
+        assert!(!judge(3_609_000, 3_599_000).is_alive(0, 0));
+    }
+
+    #[test]
+    fn a_protected_silo_is_alive_whatever_its_silence() {
+        // Granted a lease under a 60 s TTL at 0, then a heartbeat under a 10 s TTL at 1 s.
+        assert!(Liveness::at(59_999, 10_000).is_alive(1_000, 60_000));
+        assert!(!Liveness::at(60_000, 10_000).is_alive(1_000, 60_000));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Cluster;
@@ -12,6 +12,7 @@ use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::silos::SiloResponse;
 use super::AppState;
+use crate::cluster::lease;
 use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{Heartbeat, LoadReport, SiloId, SiloStatus};
 use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
@@ -190,11 +191,29 @@ impl HeartbeatRequest {
     }
 }
 
+/// The silo as the oracle now sees it, and the lease this acknowledgement grants.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeartbeatResponse {
+    #[serde(flatten)]
+    pub silo: SiloResponse,
+    /// How long, counted from when the silo *sent* this heartbeat, it may keep running its grains
+    /// without another acknowledged heartbeat: the TTL less a tenth (the margin covers clock
+    /// rates and the time to stop). When it runs out, pause every grain but keep the
+    /// registrations; resume them, under the same epochs, when a heartbeat is acknowledged again;
+    /// drop them only when told `silo-declared-dead`. A later acknowledgement never shortens a
+    /// lease already held. The oracle declares no silo dead before its lease has run out.
+    #[schema(example = 9000)]
+    pub lease_ms: i64,
+}
+
 /// Report a silo's status and load.
 ///
 /// Creates the cluster on its first heartbeat and the silo on its first. The oracle stamps the
-/// heartbeat with its own clock; a silo silent for the cluster's `silo_ttl_ms` is declared dead and
-/// its activations are released. Send heartbeats well within the TTL (every second or two).
+/// heartbeat with its own clock and grants a lease (`lease_ms`, counted from when the silo sent
+/// the heartbeat) during which the silo may run its grains. A silo silent for the cluster's
+/// `silo_ttl_ms` is declared dead and its activations are released — never before its lease ran
+/// out, and never for silence while the oracle could not reach its store. Send heartbeats well
+/// within the lease (every second or two at the default 10 s TTL).
 #[utoipa::path(
     post,
     path = "/v1/clusters/{cluster}/heartbeats",
@@ -203,7 +222,7 @@ impl HeartbeatRequest {
     params(("cluster" = String, Path, description = "Cluster name: [a-z0-9][a-z0-9-]{0,62}")),
     request_body = HeartbeatRequest,
     responses(
-        (status = 200, description = "The silo as the oracle now sees it", body = SiloResponse),
+        (status = 200, description = "The silo as the oracle now sees it, and its lease", body = HeartbeatResponse),
         (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The silo was declared dead or is not newer than a dead generation at its address (rejoin under a newer generation), its status moved backwards, or a new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
@@ -217,9 +236,12 @@ pub async fn post_heartbeat(
     State(state): State<AppState>,
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<HeartbeatRequest>,
-) -> Result<Json<SiloResponse>, ApiError> {
+) -> Result<Json<HeartbeatResponse>, ApiError> {
     state.rate_limits.heartbeat(&cluster)?;
     let heartbeat = request.validate()?;
     let snapshot = state.oracle.heartbeat(&cluster, heartbeat).await?;
-    Ok(Json(SiloResponse::from(&snapshot)))
+    Ok(Json(HeartbeatResponse {
+        silo: SiloResponse::from(&snapshot),
+        lease_ms: lease::lease_ms(snapshot.liveness.silo_ttl_ms),
+    }))
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::{DrainProgress, Oracle, OracleError};
 use crate::cluster::silo::changes_membership;
 use crate::cluster::{
-    heartbeat, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus,
+    heartbeat, lease, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord,
+    SiloStatus,
 };
 use crate::store::{Departure, Store, StoreError};
 use crate::telemetry::metric;
@@ -53,8 +54,12 @@ impl Oracle {
                 record,
                 liveness,
                 changes_membership,
+                lease_lapsed,
             }) => {
                 metric::heartbeat("accepted");
+                if lease_lapsed {
+                    metric::silo_lease_lapsed();
+                }
                 // Fresh load figures alone need not reach this replica's next decision at once;
                 // a new silo or a new status must.
                 if changes_membership {
@@ -183,6 +188,8 @@ pub(super) struct Written {
     /// Whether it added a silo or changed one's status (this replica's cached membership is then
     /// out of date).
     changes_membership: bool,
+    /// Whether the silo's previous lease had run out before it (see [`lease_lapsed`]).
+    lease_lapsed: bool,
 }
 
 /// What one queued heartbeat comes to: written or refused, or a store failure of its own.
@@ -195,9 +202,14 @@ pub(super) async fn heartbeat_batch(
     calls: Vec<(ClusterName, Heartbeat)>,
 ) -> Result<Vec<HeartbeatAnswer>, StoreError> {
     let changed: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
+    let lapsed: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
     let update = |i: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
         let next = heartbeat::apply(&calls[i].1, previous, liveness)?;
         changed[i].store(changes_membership(previous, &next), Ordering::Relaxed);
+        lapsed[i].store(
+            previous.is_some_and(|p| lease_lapsed(p, &next, liveness)),
+            Ordering::Relaxed,
+        );
         Ok(next)
     };
     let silos: Vec<(ClusterName, SiloId)> = calls
@@ -207,15 +219,23 @@ pub(super) async fn heartbeat_batch(
     let outcomes = store.record_heartbeats(&silos, &update).await?;
     Ok(outcomes
         .into_iter()
-        .zip(&changed)
-        .map(|(outcome, changed)| {
+        .zip(changed.iter().zip(&lapsed))
+        .map(|(outcome, (changed, lapsed))| {
             outcome.map(|written| {
                 written.map(|(record, liveness)| Written {
                     record,
                     liveness,
                     changes_membership: changed.load(Ordering::Relaxed),
+                    lease_lapsed: lapsed.load(Ordering::Relaxed),
                 })
             })
         })
         .collect())
+}
+
+/// Whether a silo's heartbeat came a whole lease after its previous one: the lease that one
+/// granted (counted from a send no later than its stamp) had run out, so the silo must have
+/// paused its grains meanwhile.
+fn lease_lapsed(previous: &SiloRecord, next: &SiloRecord, liveness: &Liveness) -> bool {
+    next.last_heartbeat_ms - previous.last_heartbeat_ms >= lease::lease_ms(liveness.silo_ttl_ms)
 }

@@ -158,6 +158,8 @@ pub struct Oracle {
     mover_gates: Mutex<HashMap<ClusterName, Arc<tokio::sync::Mutex<()>>>>,
     /// The admin token and cluster keys ([`credentials`]); none in open mode.
     credentials: Credentials,
+    /// Deaths the sweep defers because of a store outage (see [`sweeper::DeferredDeaths`]).
+    deferred_deaths: Mutex<sweeper::DeferredDeaths>,
 }
 
 /// A [`Batcher`] in front of one batched store operation, with the oracle's batch limits.
@@ -225,6 +227,7 @@ impl Oracle {
             repartitioner_states: Mutex::default(),
             mover_gates: Mutex::default(),
             credentials: Credentials::default(),
+            deferred_deaths: Mutex::default(),
         }
     }
 

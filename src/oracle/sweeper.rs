@@ -7,11 +7,11 @@
 //! request time, and an entry on a dead silo is never live. The sweep makes deaths and releases
 //! visible (listings, metrics) within about a second.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::Oracle;
-use crate::store::{StoreError, RELEASE_CHUNK};
+use crate::store::{Reaped, Reaping, StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
 /// Longest time one sweep spends releasing entries before it lets the next tick come (each chunk
@@ -23,37 +23,48 @@ const IDS_PER_LOG_LINE: usize = 5;
 impl Oracle {
     /// One sweep. Returns how many silos it declared dead.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let reaped = self.declare_dead().await?;
+        let reaping = self.declare_dead().await?;
         self.release_dead().await?;
         self.refresh_gauges().await?;
-        Ok(reaped)
+        Ok(reaping.dead.len())
     }
 
-    /// Declares silent silos dead. Logged per cluster, not per silo: a flood of short-lived ids
-    /// dying at once makes one line per cluster, not one per id.
-    pub async fn declare_dead(&self) -> Result<usize, StoreError> {
-        let reaped = self
+    /// Declares dead the silos the death rule finds dead. Logged per cluster, not per silo: a
+    /// flood of short-lived ids dying at once makes one line per cluster, not one per id. Deaths
+    /// the rule defers because this replica could not reach the store are logged and counted
+    /// once each, so an operator can tell a store outage from real deaths.
+    pub async fn declare_dead(&self) -> Result<Reaping, StoreError> {
+        let reaping = self
             .store
             .reap()
             .await
             .inspect_err(|_| metric::store_error("reap"))?;
-        let mut by_cluster: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for silo in &reaped {
-            by_cluster
-                .entry(&silo.cluster)
-                .or_default()
-                .push(&silo.silo);
-        }
-        for (cluster, silos) in by_cluster {
+        for (cluster, silos) in by_cluster(&reaping.dead) {
             tracing::warn!(
                 cluster,
                 count = silos.len(),
-                silos = %silos.iter().take(IDS_PER_LOG_LINE).copied().collect::<Vec<_>>().join(", "),
+                silos = %named(&silos),
                 "silos declared dead after missing heartbeats; their activations are released"
             );
         }
-        metric::silos_declared_dead(reaped.len() as u64);
-        Ok(reaped.len())
+        metric::silos_declared_dead(reaping.dead.len() as u64);
+        let newly_deferred = self
+            .deferred_deaths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(&reaping.deferred);
+        for (cluster, silos) in by_cluster(&newly_deferred) {
+            tracing::warn!(
+                cluster,
+                count = silos.len(),
+                silos = %named(&silos),
+                "silos silent past their TTL are not declared dead: this replica has not reached \
+                 the store for a whole TTL since their last heartbeat (a store outage, not their \
+                 death); they are judged once it has"
+            );
+        }
+        metric::silo_deaths_deferred(newly_deferred.len() as u64);
+        Ok(reaping)
     }
 
     /// Releases dead silos' entries, a chunk at a time, for at most [`RELEASE_BUDGET`]. Returns
@@ -83,5 +94,66 @@ impl Oracle {
             .inspect_err(|_| metric::store_error("stats"))?;
         metric::store_gauges(&stats);
         Ok(())
+    }
+}
+
+/// The silos named, by cluster.
+fn by_cluster(silos: &[Reaped]) -> BTreeMap<&str, Vec<&str>> {
+    let mut by_cluster: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for silo in silos {
+        by_cluster
+            .entry(&silo.cluster)
+            .or_default()
+            .push(&silo.silo);
+    }
+    by_cluster
+}
+
+/// The first few ids, for a log line.
+fn named(silos: &[&str]) -> String {
+    silos
+        .iter()
+        .take(IDS_PER_LOG_LINE)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The silos whose death the sweeps are deferring now, so that each deferral is logged and
+/// counted once, however many sweeps it lasts. Bounded by the silos alive in the store.
+#[derive(Debug, Default)]
+pub(super) struct DeferredDeaths {
+    deferring: HashSet<Reaped>,
+}
+
+impl DeferredDeaths {
+    /// Takes the silos one sweep deferred; returns those it had not been deferring.
+    pub(super) fn note(&mut self, deferred: &[Reaped]) -> Vec<Reaped> {
+        let now: HashSet<Reaped> = deferred.iter().cloned().collect();
+        let new = now.difference(&self.deferring).cloned().collect();
+        self.deferring = now;
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn silo(name: &str) -> Reaped {
+        Reaped {
+            cluster: "c".into(),
+            silo: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_deferred_death_is_counted_once_while_it_lasts_and_again_when_deferred_anew() {
+        let mut deferred = DeferredDeaths::default();
+        assert_eq!(deferred.note(&[silo("a@1"), silo("b@1")]).len(), 2);
+        assert_eq!(deferred.note(&[silo("a@1"), silo("b@1")]), vec![]);
+        assert_eq!(deferred.note(&[silo("a@1")]), vec![]);
+        assert_eq!(deferred.note(&[]), vec![]);
+        assert_eq!(deferred.note(&[silo("a@1")]), vec![silo("a@1")]);
     }
 }

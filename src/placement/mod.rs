@@ -533,6 +533,7 @@ pub(crate) mod testing {
                 first_seen_ms: 0,
             },
             drained_at_ms: None,
+            protected_until_ms: 0,
         }
     }
 

@@ -121,28 +121,57 @@ pub enum StoreError {
     Limit(#[from] LimitReached),
 }
 
+/// What a store call's outcome says about whether the database can be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// The database answered, perhaps with a refusal.
+    Answered,
+    /// It could not be reached, or could not take a write: the outage of [`health`].
+    Unreachable,
+    /// The wait for a pooled connection timed out: an outage if no call got an answer
+    /// meanwhile (no connection could be made), overload if others did.
+    ConnectionWait,
+    /// Nothing is known about the database (this replica's own queue was full, …).
+    Unknown,
+}
+
 impl StoreError {
-    /// Whether the error says the database could not be reached (rather than refusing a statement):
-    /// what opens the circuit, and what starts the outage grace of [`Liveness`].
-    pub fn is_unreachable(&self) -> bool {
+    /// What the error says about reaching the database: what opens the circuit, and what restarts
+    /// the death rule's count of reachable time ([`health`]). Every way a real server stop,
+    /// restart, crash or failover shows itself to a client counts as unreachable.
+    pub fn reach(&self) -> Reach {
         match self {
-            StoreError::Unreachable => true,
+            StoreError::Unreachable => Reach::Unreachable,
             StoreError::Database(error) => match error.as_ref() {
                 sqlx::Error::Io(_)
                 | sqlx::Error::Tls(_)
                 | sqlx::Error::Protocol(_)
-                | sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed => true,
-                // Connection exceptions (class 08) and the server shutting down or starting up.
-                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                    code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
-                }),
-                _ => false,
+                | sqlx::Error::WorkerCrashed => Reach::Unreachable,
+                sqlx::Error::PoolTimedOut => Reach::ConnectionWait,
+                sqlx::Error::Database(db) => match db.code() {
+                    Some(code) if server_unavailable(&code) => Reach::Unreachable,
+                    _ => Reach::Answered,
+                },
+                _ => Reach::Answered,
             },
-            _ => false,
+            StoreError::Overloaded | StoreError::Migration(_) => Reach::Unknown,
+            StoreError::Corrupt(_) | StoreError::Contended(_) | StoreError::Limit(_) => {
+                Reach::Answered
+            }
         }
     }
+}
+
+/// SQLSTATEs of a server that cannot serve: connection exceptions (class 08), insufficient
+/// resources (53: too many connections, out of memory or disk), the server's own I/O errors (58),
+/// the server shutting down, crashing or starting up (57P01–57P03), and a read-only transaction
+/// refusing a write (25006: a standby, or a primary set read-only) — no heartbeat can be stored.
+fn server_unavailable(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("58")
+        || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -270,11 +299,40 @@ pub enum Registration {
     SiloUnavailable,
 }
 
-/// A silo declared dead by a sweep. Its entries are released by [`DirectoryStore::release_dead`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A silo named by a sweep ([`Reaping`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Reaped {
     pub cluster: String,
     pub silo: String,
+}
+
+/// Logs and counts the deaths a store declares on the way, outside a sweep (which the oracle
+/// logs itself): a placement replacing the grain of a silo past its TTL, or a heartbeat from one.
+/// Either way the death rule found the silo dead, and an operator must see it like any other.
+fn declared_dead_on_the_way(cluster: &str, silos: &[&str], found_by: &'static str) {
+    if silos.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        cluster,
+        count = silos.len(),
+        silos = %silos.join(", "),
+        found_by,
+        "silos declared dead after missing heartbeats; their activations are released"
+    );
+    crate::telemetry::metric::silos_declared_dead(silos.len() as u64);
+}
+
+/// What one judgement of every silo found (see [`MembershipStore::reap`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reaping {
+    /// Silos it declared dead. Their entries are released by [`DirectoryStore::release_dead`].
+    pub dead: Vec<Reaped>,
+    /// Silos past their TTL and their lease that it did not declare dead, because the replica
+    /// judging has not reached the store for a whole TTL since their last heartbeat (so it
+    /// cannot tell silence from heartbeats it failed to store). Always empty for a store that
+    /// cannot be unreachable.
+    pub deferred: Vec<Reaped>,
 }
 
 /// Counts for the gauges on `/metrics`.
@@ -359,10 +417,11 @@ pub trait MembershipStore: Send + Sync + 'static {
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError>;
 
-    /// Declares every silo silent past its cluster's TTL dead, and forgets silos dead for longer
-    /// than [`DEAD_SILO_RETENTION_MS`] whose entries are all released (keeping their retired
-    /// generation). Idempotent; replicas may race on it.
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError>;
+    /// Declares dead every silo the death rule finds dead ([`Liveness::is_alive`]: past its
+    /// protection, and silent for the cluster's TTL while this replica reached the store), and
+    /// forgets silos dead for longer than [`DEAD_SILO_RETENTION_MS`] whose entries are all released
+    /// (keeping their retired generation). Idempotent; replicas may race on it.
+    async fn reap(&self) -> Result<Reaping, StoreError>;
 }
 
 /// Where grains live: the single-activation directory.

@@ -136,11 +136,12 @@ impl TestDatabase {
     /// (the test's stand-in for the database clock: replicas of one test share it), which also
     /// measures how long the database has been reachable.
     pub async fn store(&self, pool_size: u32, clock: &ManualClock) -> PostgresStore {
-        store_on(
+        reached(store_on(
             self.pool(pool_size).await,
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
-        )
+        ))
+        .await
     }
 
     /// A store on the database's own clock, as in production.
@@ -149,7 +150,7 @@ impl TestDatabase {
         pool_size: u32,
         settings: StoreSettings,
     ) -> PostgresStore {
-        store_on(self.pool(pool_size).await, settings, None)
+        reached(store_on(self.pool(pool_size).await, settings, None)).await
     }
 
     async fn pool(&self, pool_size: u32) -> sqlx::PgPool {
@@ -164,11 +165,12 @@ impl TestDatabase {
     /// A store reaching the database through the proxy on `port`, with a short connection wait (as
     /// production's default) so that an outage is noticed quickly; its time is `clock`.
     pub async fn store_via(&self, port: u16, clock: &ManualClock) -> PostgresStore {
-        store_on(
+        reached(store_on(
             self.pool_via(port).await,
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
-        )
+        ))
+        .await
     }
 
     /// A store reaching the database through the proxy on `port`, on the database's clock.
@@ -177,7 +179,7 @@ impl TestDatabase {
         port: u16,
         settings: StoreSettings,
     ) -> PostgresStore {
-        store_on(self.pool_via(port).await, settings, None)
+        reached(store_on(self.pool_via(port).await, settings, None)).await
     }
 
     async fn pool_via(&self, port: u16) -> sqlx::PgPool {
@@ -269,6 +271,13 @@ fn store_on(
     }
 }
 
+/// `store` once it has reached its database: as a replica whose sweeper has run since it started.
+/// (A store that never reached its database judges no silence at all: it did not see it.)
+async fn reached(store: PostgresStore) -> PostgresStore {
+    store.ping().await.expect("the test database answers");
+    store
+}
+
 /// An embedded store on `clock`.
 pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(
@@ -288,7 +297,7 @@ impl TestApp {
             ),
             Backend::Postgres => {
                 let database = TestDatabase::create().await;
-                let store = store_on(database.pool(4).await, settings, Some(&clock));
+                let store = reached(store_on(database.pool(4).await, settings, Some(&clock))).await;
                 (Arc::new(store), Some(database))
             }
         };

@@ -7,7 +7,9 @@
 //! step with the code; `ops` covers health, readiness, metrics and graceful shutdown; `webhooks`
 //! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size);
 //! `limits` covers load shedding and per-cluster rate limits; `views` what operators' tools read
-//! (the clusters list, distributions, placement previews, the live page).
+//! (the clusters list, distributions, placement previews, the live page); `leases` the silo lease
+//! and the rule that counts no silence a replica could not see. The runtime's side of those rules,
+//! under real faults, is a binary of its own: `tests/runtime/`.
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
 macro_rules! for_both_stores {
@@ -28,6 +30,7 @@ mod drains;
 mod faults;
 mod helpers;
 mod inputs;
+mod leases;
 mod limits;
 mod migrations;
 mod openapi;

@@ -105,7 +105,11 @@ async fn membership_records_lists_and_retires_silos(backend: Backend) {
     clock.advance_ms(TTL_MS / 2 + 1);
     let reaped = store.reap().await.unwrap();
     assert_eq!(
-        reaped.iter().map(|r| r.silo.as_str()).collect::<Vec<_>>(),
+        reaped
+            .dead
+            .iter()
+            .map(|r| r.silo.as_str())
+            .collect::<Vec<_>>(),
         ["c@1"]
     );
     let membership = store.membership(&cluster()).await.unwrap().unwrap();

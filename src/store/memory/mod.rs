@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatUpdate, Lease, LimitReached, Located,
     Membership, MembershipStore, Migration, NewActivation, PendingEdge, PolicyStore, PoolStore,
-    Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
+    Reaped, Reaping, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
     DEAD_SILO_RETENTION_MS,
 };
 use crate::clock::{Clock, Millis};
@@ -64,7 +64,7 @@ struct ClusterState {
 }
 
 impl ClusterState {
-    /// The judge at `now` (the embedded store cannot be unreachable, so there is no outage grace).
+    /// The judge at `now` (the embedded store cannot be unreachable: it has always reached itself).
     fn liveness(&self, now: Millis) -> Liveness {
         Liveness::at(now, self.silo_ttl_ms)
     }
@@ -248,6 +248,7 @@ impl MembershipStore for MemoryStore {
                 // Told it is dead, it is made dead (as a sweep would), so nothing revives it.
                 state.mark_dead(silo.as_str(), liveness.now);
                 state.release_silo(silo.as_str());
+                super::declared_dead_on_the_way(cluster.as_str(), &[silo.as_str()], "heartbeat");
                 Ok(Err(rejection))
             }
             Ok(record) => {
@@ -378,7 +379,7 @@ impl MembershipStore for MemoryStore {
         Ok(Some((record.clone(), liveness)))
     }
 
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+    async fn reap(&self) -> Result<Reaping, StoreError> {
         let now = self.clock.now_ms();
         let mut clusters = self.clusters();
         let mut reaped = Vec::new();
@@ -387,7 +388,9 @@ impl MembershipStore for MemoryStore {
             let newly_dead: Vec<String> = state
                 .silos
                 .values()
-                .filter(|s| s.status != SiloStatus::Dead && !liveness.is_fresh(s.last_heartbeat_ms))
+                .filter(|s| {
+                    s.status_at(&liveness) == SiloStatus::Dead && s.status != SiloStatus::Dead
+                })
                 .map(|s| s.id.to_string())
                 .collect();
             for silo in newly_dead {
@@ -410,7 +413,11 @@ impl MembershipStore for MemoryStore {
                 state.silos.remove(&silo);
             }
         }
-        Ok(reaped)
+        // The embedded store cannot be unreachable: it never defers a death.
+        Ok(Reaping {
+            dead: reaped,
+            deferred: Vec::new(),
+        })
     }
 }
 
@@ -453,6 +460,7 @@ impl DirectoryStore for MemoryStore {
                     let silo = existing.silo.clone();
                     state.mark_dead(&silo, now);
                     state.release_silo(&silo);
+                    super::declared_dead_on_the_way(cluster.as_str(), &[&silo], "placement");
                 } else {
                     results.push(Registration::Existing(
                         state.located(grain, now).expect("entry exists"),

@@ -134,15 +134,15 @@ impl PostgresStore {
         if now - m.created_at_ms > ttl_ms {
             return refuse(tx, cluster, m, Refusal::Expired).await;
         }
-        let (outage_began_ago, outage_ended_ago) = self.outage();
         // Both silos, in id order, KEY SHARE: a death (FOR UPDATE) waits for this transaction,
         // or this one sees it.
         let grain_type = m.grain.split('/').next().unwrap_or_default().to_owned();
         let silos: Vec<(String, String, bool, bool)> = sqlx::query_as(
             "SELECT s.silo, s.status,
-                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, $3, $4, $5),
+                    silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                  c.silo_ttl_ms, $3, $4),
                     COALESCE(jsonb_typeof(s.profile -> 'grain_types'), 'null') = 'null'
-                        OR s.profile -> 'grain_types' ? $6
+                        OR s.profile -> 'grain_types' ? $5
              FROM silos s JOIN clusters c ON c.name = s.cluster
              WHERE s.cluster = $1 AND s.silo = ANY ($2::text[])
              ORDER BY s.silo
@@ -151,8 +151,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(vec![m.from.as_str(), m.to.as_str()])
         .bind(now)
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .bind(&grain_type)
         .fetch_all(&mut *tx)
         .await?;
@@ -219,7 +218,6 @@ impl PostgresStore {
         cluster: &ClusterName,
         ttl_ms: Millis,
     ) -> Result<Vec<Migration>, StoreError> {
-        let (outage_began_ago, outage_ended_ago) = self.outage();
         let rows = sqlx::query(&format!(
             "WITH now AS (SELECT COALESCE($3::int8, oracle_now_ms()) AS ms)
              DELETE FROM migrations m
@@ -233,15 +231,15 @@ impl PostgresStore {
                            WHERE s.cluster = m.cluster AND s.silo IN (m.from_silo, m.to_silo)
                              AND (s.status = 'dead'
                                   OR (s.silo = m.to_silo AND s.status = 'shutting_down')
-                                  OR NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                                      (SELECT ms FROM now), $4, $5))))
+                                  OR NOT silo_is_alive(s.status, s.last_heartbeat_ms,
+                                                       s.protected_until_ms, c.silo_ttl_ms,
+                                                       (SELECT ms FROM now), $4))))
              RETURNING {COLUMNS}"
         ))
         .bind(cluster.as_str())
         .bind(ttl_ms)
         .bind(self.now())
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(migration).collect()

@@ -5,13 +5,13 @@
 //! the same statement that inserts and holds the silo row (`FOR KEY SHARE`, which every death's
 //! `FOR UPDATE` waits for) until it commits, heartbeats
 //! use optimistic concurrency on the row version, and the sweep that declares silos dead is
-//! idempotent. Liveness is always the SQL function `silo_is_live` (a migration), judged at the
+//! idempotent. Liveness is always the SQL function `silo_is_alive` (a migration), judged at the
 //! database's clock `oracle_now_ms()` (or an injected time in tests), the same rule as
 //! `cluster::silo::Liveness`. A directory entry is only ever released after its silo is marked dead,
 //! and dead is final, so a late heartbeat cannot revive a silo whose grains moved.
 //!
 //! Every call goes through [`StoreHealth`]: calls fail fast while the database is unreachable, and
-//! the replica's last outage is subtracted from every silence it judges.
+//! silence is only counted from when this replica last began reaching the store without a break.
 
 mod edges;
 mod keys;
@@ -29,18 +29,17 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 
-use super::health::StoreHealth;
+use super::health::{StoreHealth, Verdict};
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates,
     LimitReached, Located, Membership, MembershipStore, NewActivation, PolicyStore, PoolStore,
-    Proposal, Reaped, Registration, SiloPage, Store, StoreError, StoreSettings, StoreStats,
-    StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
+    Proposal, Reaped, Reaping, Registration, SiloPage, Store, StoreError, StoreSettings,
+    StoreStats, StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{
-    ClusterName, GrainId, HeartbeatRejection, Liveness, Outage, PoolName, SiloId, SiloRecord,
-    SiloStatus,
+    ClusterName, GrainId, HeartbeatRejection, Liveness, PoolName, SiloId, SiloRecord, SiloStatus,
 };
 use crate::connect::Pool;
 use crate::policy::Policy;
@@ -67,6 +66,37 @@ const FORGET_CHUNK: i64 = 1_000;
 /// (counting ten million rows every ten seconds would cost more than the gauge is worth).
 const EXACT_COUNT_UP_TO: i64 = 100_000;
 
+/// Which pooled connections may be handed out: none made before the last outage began. A server
+/// that stopped or crashed ended every session it had; each such connection would fail one call
+/// when the server is back (reopening the circuit, and restarting the count of reachable time),
+/// so they are dropped unused instead.
+#[derive(Debug, Default)]
+pub struct ConnectionTrust {
+    outage_began: Mutex<Option<std::time::Instant>>,
+}
+
+impl ConnectionTrust {
+    fn distrust_older(&self) {
+        *self.lock() = Some(std::time::Instant::now());
+    }
+
+    /// Whether a connection opened `age` ago may be used.
+    fn trusts(&self, age: Duration) -> bool {
+        match *self.lock() {
+            None => true,
+            Some(outage) => std::time::Instant::now()
+                .checked_sub(age)
+                .is_none_or(|opened| opened > outage),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.outage_began
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The migrations in `migrations/`, compiled into the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -77,6 +107,8 @@ pub struct PostgresStore {
     settings: StoreSettings,
     time: StoreTime,
     health: StoreHealth,
+    /// Which pooled connections may still be handed out.
+    connections: Arc<ConnectionTrust>,
     /// Clusters this process has seen exist. Clusters are never deleted, so a hit saves the insert
     /// round trip on every heartbeat; a miss only costs one idempotent insert. Bounded: only
     /// clusters that exist enter it, and there are at most `max_clusters`.
@@ -98,21 +130,30 @@ impl PostgresStore {
         // database CPU per directory lookup.
         let options =
             PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
+        let connections = Arc::new(ConnectionTrust::default());
+        let trust = connections.clone();
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(acquire_timeout)
             // sqlx pings every connection before handing it out by default: a second round trip
             // on every query. A connection that broke since its last use fails its query instead
-            // (answered 503, retried by the client) and is replaced.
+            // (answered 503, retried by the client) and is replaced — and after an outage, none
+            // made before it is handed out at all (a restarted server ended their sessions).
             .test_before_acquire(false)
+            .before_acquire(move |_, connection| {
+                let trusted = trust.trusts(connection.age);
+                Box::pin(async move { Ok(trusted) })
+            })
             .connect_with(options)
             .await?;
-        Ok(Self::from_pool(
+        let mut store = Self::from_pool(
             pool,
             settings,
             StoreTime::Database,
             Arc::new(MonotonicClock::default()),
-        ))
+        );
+        store.connections = connections;
+        Ok(store)
     }
 
     /// A store on `pool`, taking time from `time`; `local_clock` measures this replica's own
@@ -128,6 +169,7 @@ impl PostgresStore {
             settings,
             time,
             health: StoreHealth::new(local_clock),
+            connections: Arc::default(),
             known_clusters: Mutex::default(),
         }
     }
@@ -163,48 +205,42 @@ impl PostgresStore {
         }
     }
 
-    /// This replica's last outage for `silo_is_live`: how long ago it began and ended, or NULLs.
-    fn outage(&self) -> (Option<Millis>, Option<Millis>) {
-        match self.health.last_outage() {
-            Some(outage) => (Some(outage.began_ago), Some(outage.ended_ago)),
-            None => (None, None),
-        }
-    }
-
-    fn liveness_from_row(&self, row: &PgRow) -> Result<Liveness, StoreError> {
+    /// The judge of one statement's instant: the store's clock and the cluster's TTL from `row`
+    /// (columns `now` and `ttl`), and how long this replica had reached the store when it asked
+    /// (measured before the statement, so it errs towards counting less silence).
+    fn liveness_from_row(
+        &self,
+        row: &PgRow,
+        reachable_for: Millis,
+    ) -> Result<Liveness, StoreError> {
         let now: Millis = row.try_get("now")?;
         Ok(Liveness {
             now,
             silo_ttl_ms: row.try_get("ttl")?,
-            outage: self.health.last_outage().map(|outage| Outage {
-                began: now - outage.began_ago,
-                ended: now - outage.ended_ago,
-            }),
+            reachable_since: now - reachable_for,
         })
     }
 
-    /// Runs one store call through the circuit. A call that takes longer than
+    /// Runs one store call through the circuit ([`StoreHealth`]). A call that takes longer than
     /// [`STATEMENT_DEADLINE`] is taken for an unreachable database (a connection black-holed by
-    /// the network never errors by itself); a wait for a connection while the pool has some is
-    /// overload, not an outage.
+    /// the network never errors by itself). When an outage begins, the pool's connections are no
+    /// longer trusted: a server that stopped ended their sessions, and each would fail one call
+    /// after it comes back.
     async fn guard<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.health
-            .guard(async {
-                match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
-                    Err(_) => Err(StoreError::Unreachable),
-                    Ok(Err(StoreError::Database(error)))
-                        if matches!(error.as_ref(), sqlx::Error::PoolTimedOut)
-                            && self.pool.size() > 0 =>
-                    {
-                        Err(StoreError::Overloaded)
-                    }
-                    Ok(outcome) => outcome,
-                }
-            })
-            .await
+        self.health.admit()?;
+        let started = self.health.now();
+        let outcome = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
+            Err(_) => Err(StoreError::Unreachable),
+            Ok(outcome) => outcome,
+        };
+        let (outcome, verdict) = self.health.settle(started, outcome);
+        if verdict == Verdict::OutageBegan {
+            self.connections.distrust_older();
+        }
+        outcome
     }
 
     /// Makes sure the cluster exists, creating it (with this replica's default TTL) unless that
@@ -261,8 +297,9 @@ impl PostgresStore {
     ) -> Result<bool, StoreError> {
         let (address, generation) = record.id.incarnation();
         let done = sqlx::query(
-            "INSERT INTO silos (cluster, silo, address, status, last_heartbeat_ms, heartbeat_count, profile)
-             SELECT $1, $2, $3, $4, $5, $6, $7
+            "INSERT INTO silos (cluster, silo, address, status, last_heartbeat_ms, heartbeat_count, profile,
+                                protected_until_ms)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $11
              WHERE (SELECT count(*) FROM silos WHERE cluster = $1 AND status <> 'dead') < $8
                AND NOT EXISTS (SELECT 1 FROM retired_generations
                                WHERE cluster = $1 AND address = $9 AND generation >= $10)
@@ -278,6 +315,7 @@ impl PostgresStore {
         .bind(i64::try_from(self.settings.max_silos_per_cluster).unwrap_or(i64::MAX))
         .bind(address)
         .bind(generation)
+        .bind(record.protected_until_ms)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -306,7 +344,8 @@ impl PostgresStore {
         let written = sqlx::query(
             "UPDATE silos SET address = $3,
                     status = CASE WHEN drained_at_ms IS NULL THEN $4 ELSE 'shutting_down' END,
-                    last_heartbeat_ms = $5, heartbeat_count = $6, profile = $7
+                    last_heartbeat_ms = $5, heartbeat_count = $6, profile = $7,
+                    protected_until_ms = $9
              WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8
              RETURNING drained_at_ms",
         )
@@ -318,6 +357,7 @@ impl PostgresStore {
         .bind(record.heartbeat_count)
         .bind(Json(&record.profile))
         .bind(previous_count)
+        .bind(record.protected_until_ms)
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = written else {
@@ -349,6 +389,7 @@ impl PostgresStore {
              WHERE c.name = $1"
         );
         for _ in 0..MAX_HEARTBEAT_ATTEMPTS {
+            let reachable_for = self.health.reachable_for();
             let row = sqlx::query(&select)
                 .bind(cluster.as_str())
                 .bind(silo.as_str())
@@ -356,7 +397,7 @@ impl PostgresStore {
                 .bind(address)
                 .fetch_one(&self.pool)
                 .await?;
-            let liveness = self.liveness_from_row(&row)?;
+            let liveness = self.liveness_from_row(&row, reachable_for)?;
             let previous = match row.try_get::<Option<String>, _>("silo")? {
                 Some(_) => Some(silo_from_row(&row)?),
                 None => None,
@@ -380,7 +421,10 @@ impl PostgresStore {
                             .is_some_and(|p| p.status != SiloStatus::Dead)
                     {
                         // Told it is dead, it is made dead: no replica may welcome it back.
-                        self.declare_silent_dead(Some((cluster, silo))).await?;
+                        let reaping = self.declare_silent_dead(Some((cluster, silo))).await?;
+                        let dead: Vec<&str> =
+                            reaping.dead.iter().map(|r| r.silo.as_str()).collect();
+                        super::declared_dead_on_the_way(cluster.as_str(), &dead, "heartbeat");
                     }
                     return Ok(Err(rejection));
                 }
@@ -455,6 +499,7 @@ impl PostgresStore {
             })
             .collect();
         let (key_clusters, key_silos): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+        let reachable_for = self.health.reachable_for();
         let rows = sqlx::query(&format!(
             "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
                     {SILO_COLUMNS}
@@ -486,7 +531,7 @@ impl PostgresStore {
                 one_by_one.extend(positions);
                 continue;
             }
-            let liveness = self.liveness_from_row(row)?;
+            let liveness = self.liveness_from_row(row, reachable_for)?;
             let read = silo_from_row(row)?;
             let mut current = read.clone();
             let mut answers = Vec::with_capacity(positions.len());
@@ -540,9 +585,9 @@ impl PostgresStore {
                 // second). Each row is found by its key, whatever the statistics.
                 "WITH u AS (
                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
-                                         $6::int8[], $7::jsonb[], $8::int8[])
+                                         $6::int8[], $7::jsonb[], $8::int8[], $9::int8[])
                              AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
-                                  profile, previous_count)
+                                  profile, previous_count, protected_until_ms)
                  ),
                  locked AS (
                     SELECT s.cluster, s.silo FROM u
@@ -554,7 +599,7 @@ impl PostgresStore {
                  UPDATE silos s SET address = u.address,
                         status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
                         last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
-                        profile = u.profile
+                        profile = u.profile, protected_until_ms = u.protected_until_ms
                  FROM u JOIN locked l ON l.cluster = u.cluster AND l.silo = u.silo
                  WHERE s.cluster = u.cluster AND s.silo = u.silo AND s.status <> 'dead'
                    AND s.heartbeat_count = u.previous_count
@@ -568,6 +613,7 @@ impl PostgresStore {
             .bind(&columns.counts)
             .bind(&columns.profiles)
             .bind(&columns.previous_counts)
+            .bind(&columns.protected_until)
             .fetch_all(&self.pool)
             .await;
             let written = match written {
@@ -644,6 +690,7 @@ struct HeartbeatColumns<'a> {
     counts: Vec<i64>,
     profiles: Vec<Json<&'a SiloProfile>>,
     previous_counts: Vec<i64>,
+    protected_until: Vec<Millis>,
 }
 
 impl<'a> HeartbeatColumns<'a> {
@@ -656,6 +703,7 @@ impl<'a> HeartbeatColumns<'a> {
         self.counts.push(record.heartbeat_count);
         self.profiles.push(Json(&record.profile));
         self.previous_counts.push(previous_count);
+        self.protected_until.push(record.protected_until_ms);
     }
 }
 
@@ -671,6 +719,7 @@ fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
         heartbeat_count: row.try_get("heartbeat_count")?,
         profile,
         drained_at_ms: row.try_get("drained_at_ms")?,
+        protected_until_ms: row.try_get("protected_until_ms")?,
     })
 }
 
@@ -705,8 +754,8 @@ fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
 }
 
 /// Columns of a silo row, as `silo_from_row` reads them.
-const SILO_COLUMNS: &str =
-    "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_count, s.profile, s.drained_at_ms";
+const SILO_COLUMNS: &str = "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_count, s.profile, \
+     s.drained_at_ms, s.protected_until_ms";
 
 /// The statements behind each [`Store`] call, before the circuit (see the `Store` impl below).
 impl PostgresStore {
@@ -715,6 +764,7 @@ impl PostgresStore {
         cluster: &ClusterName,
     ) -> Result<Option<Membership>, StoreError> {
         // Only silos not marked dead: the dead of the last hour are never read for a decision.
+        let reachable_for = self.health.reachable_for();
         let rows = sqlx::query(&format!(
             "SELECT c.silo_ttl_ms AS ttl, COALESCE($2::int8, oracle_now_ms()) AS now,
                     c.policy, c.policy_version, {SILO_COLUMNS}
@@ -728,7 +778,7 @@ impl PostgresStore {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let liveness = self.liveness_from_row(first)?;
+        let liveness = self.liveness_from_row(first, reachable_for)?;
         let policy: Policy = decode_stored(first.try_get("policy")?)?;
         let policy_version: i64 = first.try_get("policy_version")?;
         let silos = silos_from_rows(&rows)?;
@@ -747,6 +797,7 @@ impl PostgresStore {
         limit: u32,
     ) -> Result<Option<SiloPage>, StoreError> {
         // Seeks from the cursor: silo ids are never empty, so '' is before every one ("C" order).
+        let reachable_for = self.health.reachable_for();
         let rows = sqlx::query(&format!(
             "SELECT c.silo_ttl_ms AS ttl, COALESCE($2::int8, oracle_now_ms()) AS now, {SILO_COLUMNS}
              FROM clusters c
@@ -765,7 +816,7 @@ impl PostgresStore {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let liveness = self.liveness_from_row(first)?;
+        let liveness = self.liveness_from_row(first, reachable_for)?;
         let silos = silos_from_rows(&rows)?;
         Ok(Some(SiloPage { liveness, silos }))
     }
@@ -775,6 +826,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        let reachable_for = self.health.reachable_for();
         let row = sqlx::query(&format!(
             "SELECT c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now, {SILO_COLUMNS}
              FROM clusters c JOIN silos s ON s.cluster = c.name AND s.silo = $2
@@ -785,8 +837,13 @@ impl PostgresStore {
         .bind(self.now())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| Ok((silo_from_row(&row)?, self.liveness_from_row(&row)?)))
-            .transpose()
+        row.map(|row| {
+            Ok((
+                silo_from_row(&row)?,
+                self.liveness_from_row(&row, reachable_for)?,
+            ))
+        })
+        .transpose()
     }
 
     async fn try_drain_silo(
@@ -796,20 +853,18 @@ impl PostgresStore {
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
         // Only a live silo is marked: one silent past its TTL is dead already, whether or not a
         // sweep has said so yet.
-        let (outage_began_ago, outage_ended_ago) = self.outage();
         sqlx::query(
             "UPDATE silos s SET status = 'shutting_down',
                     drained_at_ms = COALESCE(s.drained_at_ms, $3::int8, oracle_now_ms())
              FROM clusters c
              WHERE c.name = $1 AND s.cluster = $1 AND s.silo = $2
-               AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                COALESCE($3::int8, oracle_now_ms()), $4, $5)",
+               AND silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                 c.silo_ttl_ms, COALESCE($3::int8, oracle_now_ms()), $4)",
         )
         .bind(cluster.as_str())
         .bind(silo.as_str())
         .bind(self.now())
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .execute(&self.pool)
         .await?;
         self.try_silo(cluster, silo).await
@@ -858,28 +913,27 @@ impl PostgresStore {
         grains: &[GrainId],
     ) -> Result<Vec<Located>, StoreError> {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
-        let (outage_began_ago, outage_ended_ago) = self.outage();
         let rows = sqlx::query(
             // One primary-key probe per grain, by the statement's shape: `a.grain = ANY($2)`
             // lets a plan made without statistics (a fresh database) scan the cluster's every
             // entry and compare it with every grain asked for.
             "SELECT a.grain, a.silo, s.address, a.strategy, a.epoch, a.created_ms,
-                    silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                 COALESCE($3::int8, oracle_now_ms()), $4, $5) AS live
+                    silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                  c.silo_ttl_ms, COALESCE($3::int8, oracle_now_ms()), $4) AS live
              FROM clusters c
              CROSS JOIN UNNEST($2::text[]) AS g(grain)
              JOIN LATERAL (SELECT a.grain, a.silo, a.strategy, a.epoch, a.created_ms
                            FROM activations a
                            WHERE a.cluster = $1 AND a.grain = g.grain LIMIT 1) a ON true
-             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
+             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms, s.protected_until_ms
+                           FROM silos s
                            WHERE s.cluster = $1 AND s.silo = a.silo LIMIT 1) s ON true
              WHERE c.name = $1",
         )
         .bind(cluster.as_str())
         .bind(&names)
         .bind(self.now())
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -928,7 +982,6 @@ impl PostgresStore {
             .map(|&i| proposals[i].silo.as_ref().map(SiloId::as_str))
             .collect();
         let strategies: Vec<&str> = order.iter().map(|&i| proposals[i].strategy).collect();
-        let (outage_began_ago, outage_ended_ago) = self.outage();
         let rows = sqlx::query(
             "WITH asked AS (
                 SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY
@@ -952,8 +1005,8 @@ impl PostgresStore {
                 JOIN LATERAL (
                     SELECT s.silo FROM silos s
                     WHERE s.cluster = $1 AND s.silo = d.silo AND s.status = 'active'
-                      AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                       COALESCE($5::int8, oracle_now_ms()), $6, $7)
+                      AND silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                        c.silo_ttl_ms, COALESCE($5::int8, oracle_now_ms()), $6)
                     LIMIT 1
                     FOR KEY SHARE
                 ) s ON true
@@ -976,11 +1029,12 @@ impl PostgresStore {
              )
              SELECT r.kind, r.grain, r.silo, s.address, r.strategy, r.epoch, r.created_ms,
                     r.kind = 'registered'
-                    OR silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                    COALESCE($5::int8, oracle_now_ms()), $6, $7) AS live
+                    OR silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                     c.silo_ttl_ms, COALESCE($5::int8, oracle_now_ms()), $6) AS live
              FROM answered r
              CROSS JOIN clusters c
-             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms FROM silos s
+             JOIN LATERAL (SELECT s.address, s.status, s.last_heartbeat_ms, s.protected_until_ms
+                           FROM silos s
                            WHERE s.cluster = $1 AND s.silo = r.silo LIMIT 1) s ON true
              WHERE c.name = $1
              UNION ALL
@@ -994,8 +1048,7 @@ impl PostgresStore {
         .bind(&silos)
         .bind(&strategies)
         .bind(self.now())
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .fetch_all(&self.pool)
         .await;
         let rows = match rows {
@@ -1055,7 +1108,7 @@ impl PostgresStore {
     ) -> Result<Vec<Registration>, StoreError> {
         let order = grain_order(entries, |e| &e.grain);
         let now = self.now();
-        let (outage_began_ago, outage_ended_ago) = self.outage();
+        let reachable_for = self.health.reachable_for();
 
         let (stale_grains, stale_epochs): (Vec<&str>, Vec<i64>) = order
             .iter()
@@ -1083,8 +1136,8 @@ impl PostgresStore {
                     WHERE s.cluster = $1
                       AND s.silo = ANY (ARRAY(SELECT silo FROM stale))
                       AND s.status <> 'dead'
-                      AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                           COALESCE($4::int8, oracle_now_ms()), $5, $6)
+                      AND NOT silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                            c.silo_ttl_ms, COALESCE($4::int8, oracle_now_ms()), $5)
                     FOR UPDATE OF s
                  ),
                  dead AS (
@@ -1106,8 +1159,7 @@ impl PostgresStore {
             .bind(&stale_grains)
             .bind(&stale_epochs)
             .bind(now)
-            .bind(outage_began_ago)
-            .bind(outage_ended_ago)
+            .bind(reachable_for)
             .fetch_all(&mut *tx)
             .await?;
             retire(
@@ -1116,6 +1168,8 @@ impl PostgresStore {
             )
             .await?;
             tx.commit().await?;
+            let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
+            super::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
         }
 
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
@@ -1138,8 +1192,8 @@ impl PostgresStore {
                 JOIN LATERAL (
                     SELECT 1 FROM silos s
                     WHERE s.cluster = $1 AND s.silo = n.silo AND s.status = 'active'
-                      AND silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms,
-                                       COALESCE($5::int8, oracle_now_ms()), $6, $7)
+                      AND silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                        c.silo_ttl_ms, COALESCE($5::int8, oracle_now_ms()), $6)
                     LIMIT 1
                     FOR KEY SHARE
                 ) s ON true
@@ -1157,8 +1211,7 @@ impl PostgresStore {
         .bind(&silos)
         .bind(&strategies)
         .bind(now)
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(reachable_for)
         .fetch_all(&self.pool)
         .await;
         let rows = match rows {
@@ -1317,62 +1370,85 @@ impl PostgresStore {
         rows.iter().map(activation_from_row).collect()
     }
 
-    async fn try_reap(&self) -> Result<Vec<Reaped>, StoreError> {
+    async fn try_reap(&self) -> Result<Reaping, StoreError> {
         let reaped = self.declare_silent_dead(None).await?;
         self.forget_expired().await?;
         Ok(reaped)
     }
 
-    /// Marks dead every silo (or just `only`) whose silence, less this replica's last outage, has
-    /// reached its cluster's TTL, and retires its generation, in one transaction. Each row is taken
-    /// `FOR UPDATE` first — the death protocol: that lock waits for registrations holding the row
-    /// (`FOR KEY SHARE`) to commit, and makes later ones wait and find the silo dead. The liveness
-    /// check is made again on the row as it is once locked, so a heartbeat that got in first
-    /// keeps the silo alive.
+    /// Marks dead every silo (or just `only`) that the death rule (`silo_is_alive`, judged with
+    /// how long this replica has reached the store) finds dead, and retires its generation, in one
+    /// transaction; and names the silos past their TTL and their protection that it did not mark,
+    /// because this replica has not reached the store for a whole TTL since their last heartbeat
+    /// (the deaths the outage rule defers). Each row is taken `FOR UPDATE` first — the death
+    /// protocol: that lock waits for registrations holding the row (`FOR KEY SHARE`) to commit,
+    /// and makes later ones wait and find the silo dead. The rule is applied again to the row as it
+    /// is once locked, so a heartbeat that got in first keeps the silo alive.
     async fn declare_silent_dead(
         &self,
         only: Option<(&ClusterName, &SiloId)>,
-    ) -> Result<Vec<Reaped>, StoreError> {
-        let (outage_began_ago, outage_ended_ago) = self.outage();
+    ) -> Result<Reaping, StoreError> {
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
-            "WITH doomed AS (
-                SELECT s.cluster, s.silo FROM silos s
-                JOIN clusters c ON c.name = s.cluster
-                CROSS JOIN (SELECT COALESCE($1::int8, oracle_now_ms()) AS now) t
+            "WITH t AS (SELECT COALESCE($1::int8, oracle_now_ms()) AS now),
+             silent AS (
+                -- Dead, were this replica never cut off from the store (NULL: reachable always).
+                SELECT s.cluster, s.silo,
+                       silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                     c.silo_ttl_ms, t.now, $2) AS deferred
+                FROM silos s JOIN clusters c ON c.name = s.cluster CROSS JOIN t
                 WHERE s.status <> 'dead'
-                  AND ($4::text IS NULL OR (s.cluster = $4 AND s.silo = $5))
-                  AND NOT silo_is_live(s.status, s.last_heartbeat_ms, c.silo_ttl_ms, t.now, $2, $3)
+                  AND ($3::text IS NULL OR (s.cluster = $3 AND s.silo = $4))
+                  AND NOT silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                        c.silo_ttl_ms, t.now, NULL)
+             ),
+             doomed AS (
+                SELECT s.cluster, s.silo FROM silos s
+                JOIN silent d ON d.cluster = s.cluster AND d.silo = s.silo AND NOT d.deferred
+                JOIN clusters c ON c.name = s.cluster
+                CROSS JOIN t
+                WHERE s.status <> 'dead'
+                  AND NOT silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
+                                        c.silo_ttl_ms, t.now, $2)
                 FOR UPDATE OF s
+             ),
+             dead AS (
+                UPDATE silos s SET status = 'dead', dead_since_ms = (SELECT now FROM t)
+                FROM doomed d
+                WHERE s.cluster = d.cluster AND s.silo = d.silo
+                RETURNING s.cluster, s.silo
              )
-             UPDATE silos s SET status = 'dead', dead_since_ms = COALESCE($1::int8, oracle_now_ms())
-             FROM doomed d
-             WHERE s.cluster = d.cluster AND s.silo = d.silo
-             RETURNING s.cluster, s.silo",
+             SELECT true AS dead, cluster, silo FROM dead
+             UNION ALL
+             SELECT false, cluster, silo FROM silent WHERE deferred",
         )
         .bind(self.now())
-        .bind(outage_began_ago)
-        .bind(outage_ended_ago)
+        .bind(self.health.reachable_for())
         .bind(only.map(|(cluster, _)| cluster.as_str()))
         .bind(only.map(|(_, silo)| silo.as_str()))
         .fetch_all(&mut *tx)
         .await?;
-        let reaped = rows
-            .iter()
-            .map(|row| {
-                Ok(Reaped {
-                    cluster: row.try_get("cluster")?,
-                    silo: row.try_get("silo")?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let mut reaping = Reaping::default();
+        for row in &rows {
+            let silo = Reaped {
+                cluster: row.try_get("cluster")?,
+                silo: row.try_get("silo")?,
+            };
+            match row.try_get("dead")? {
+                true => reaping.dead.push(silo),
+                false => reaping.deferred.push(silo),
+            }
+        }
         retire(
             &mut tx,
-            reaped.iter().map(|r| (r.cluster.as_str(), r.silo.as_str())),
+            reaping
+                .dead
+                .iter()
+                .map(|r| (r.cluster.as_str(), r.silo.as_str())),
         )
         .await?;
         tx.commit().await?;
-        Ok(reaped)
+        Ok(reaping)
     }
 
     /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released. Their
@@ -1693,7 +1769,7 @@ impl MembershipStore for PostgresStore {
         self.guard(self.try_drain_silo(cluster, silo)).await
     }
 
-    async fn reap(&self) -> Result<Vec<Reaped>, StoreError> {
+    async fn reap(&self) -> Result<Reaping, StoreError> {
         let outcome = self.guard(self.try_reap()).await;
         deadlock_as_contention(outcome)
     }
