@@ -215,6 +215,11 @@ pub async fn get_silo(
 /// seconds; `release_pending` says so, and none of them is answered as live meanwhile). The id is spent (it cannot heartbeat again; rejoin under a new generation) and
 /// stays listed as dead for an hour. A silo that stops without calling this is declared dead after
 /// `silo_ttl_ms` instead.
+///
+/// Call it only once the silo's grains have stopped: it is the silo's own goodbye, or an
+/// operator's word that the process is gone. It does not wait for the silo's lease to run out,
+/// so a silo still running would run its grains beside their new activations. To move a live
+/// silo's grains, drain it (`POST …/drain`).
 #[utoipa::path(
     delete,
     path = "/v1/clusters/{cluster}/silos/{silo}",

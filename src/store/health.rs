@@ -11,10 +11,11 @@
 //!
 //! What counts as not reaching the store is whatever a real stop, restart, crash or failover
 //! looks like to a client ([`StoreError::reach`]): refused connections, sessions terminated
-//! (57P01), a server starting up or shutting down, a server that can no longer write, statements
-//! that outlive their deadline — and waits for a pooled connection that time out while no call
-//! gets an answer, because no connection can be made. A wait that times out while other calls are
-//! being answered is overload, not an outage.
+//! (57P01), a server starting up or shutting down, a server that can no longer write — and calls
+//! that got no answer in time (a wait for a pooled connection, a statement past its deadline)
+//! while no other call got one either: no connection could be made, or the network swallowed
+//! them. Such a wait while other calls are being answered is overload or a slow statement, not an
+//! outage: it would otherwise stop a busy replica from ever judging anyone dead.
 //!
 //! The durations are this replica's own (a monotonic clock in production), which is why it is per
 //! replica: a replica that could not reach the store does not judge silence it could not see.
@@ -38,8 +39,12 @@ struct State {
     /// Since when every call has reached the store; `None` during an outage and before the first
     /// answer.
     reachable_since: Option<Millis>,
-    /// The outage under way: it may have begun right after this (the last answer before it).
-    outage_since: Option<Millis>,
+    /// The outage under way: it may have begun right after `.0` (the last answer before it), and
+    /// was noticed at `.1`. An answer to a call that started before `.1` does not end it: the
+    /// call may have reached the database just before it went down.
+    outage: Option<(Millis, Millis)>,
+    /// How many outages began (see [`StoreHealth::outages_seen`]).
+    outages_seen: u64,
 }
 
 /// The circuit and the reachability record of one store client.
@@ -83,7 +88,8 @@ impl StoreHealth {
                 open_since_probe: None,
                 last_answer: None,
                 reachable_since: None,
-                outage_since: None,
+                outage: None,
+                outages_seen: 0,
             }),
         }
     }
@@ -123,26 +129,31 @@ impl StoreHealth {
             .map_or(0, |since| (now - since).max(0))
     }
 
-    /// Settles a call that started at `started` (this replica's clock) and came to `outcome`:
-    /// records what it says about the store, and turns a timed-out wait for a connection into
-    /// [`StoreError::Overloaded`] when other calls were answered meanwhile (into an outage when
-    /// none was).
+    /// How many outages this replica has seen begin. A statement that judges (and kills) with
+    /// [`Self::reachable_for`] read before it checks that this did not change before it commits:
+    /// an outage that began and ended while it waited for a connection would otherwise not be
+    /// counted in its judgement.
+    pub fn outages_seen(&self) -> u64 {
+        self.state().outages_seen
+    }
+
+    /// Settles a call that started at `started` (this replica's clock) and came to `outcome`,
+    /// with what that says about the store (`reach`, usually [`StoreError::reach`]): records it,
+    /// and turns a call that got no answer in time into [`StoreError::Overloaded`] when other
+    /// calls were answered meanwhile (into an outage when none was).
     pub fn settle<T>(
         &self,
         started: Millis,
+        reach: Reach,
         outcome: Result<T, StoreError>,
     ) -> (Result<T, StoreError>, Verdict) {
-        let reach = match &outcome {
-            Ok(_) => Reach::Answered,
-            Err(error) => error.reach(),
-        };
         let now = self.clock.now_ms();
         let mut state = self.state();
         let lost = match reach {
             Reach::Answered => false,
             Reach::Unknown => return (outcome, Verdict::NoNews),
             Reach::Unreachable => true,
-            Reach::ConnectionWait => {
+            Reach::NoAnswer => {
                 if state.last_answer.is_some_and(|answer| answer > started) {
                     return (Err(StoreError::Overloaded), Verdict::NoNews);
                 }
@@ -150,31 +161,34 @@ impl StoreHealth {
             }
         };
         if !lost {
+            if let Some((_, noticed)) = state.outage {
+                if started < noticed {
+                    // It reached the database before the outage was noticed: no news of now.
+                    return (outcome, Verdict::NoNews);
+                }
+            }
             state.last_answer = Some(now);
             state.open_since_probe = None;
             state.reachable_since.get_or_insert(now);
-            let verdict = match state.outage_since.take() {
-                Some(since) => {
-                    let down_ms = now - since;
-                    tracing::warn!(
-                        down_ms,
-                        "the store answers again; silence before now is not counted against any \
-                         silo: each gets a whole TTL from now"
-                    );
-                    metric::store_outage_ended(down_ms);
-                    Verdict::Answered
-                }
-                None => Verdict::Answered,
-            };
-            return (outcome, verdict);
+            if let Some((since, _)) = state.outage.take() {
+                let down_ms = now - since;
+                tracing::warn!(
+                    down_ms,
+                    "the store answers again; silence before now is not counted against any \
+                     silo: each gets a whole TTL from now"
+                );
+                metric::store_outage_ended(down_ms);
+            }
+            return (outcome, Verdict::Answered);
         }
         state.reachable_since = None;
         state.open_since_probe = Some(now);
-        if state.outage_since.is_some() {
+        if state.outage.is_some() {
             return (outcome, Verdict::StillDown);
         }
         let since = state.last_answer.unwrap_or(self.created);
-        state.outage_since = Some(since);
+        state.outage = Some((since, now));
+        state.outages_seen += 1;
         if let Err(error) = &outcome {
             tracing::error!(
                 %error,
@@ -185,17 +199,6 @@ impl StoreHealth {
         }
         metric::store_outage_began();
         (outcome, Verdict::OutageBegan)
-    }
-
-    /// Runs one store call through the circuit.
-    pub async fn guard<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.admit()?;
-        let started = self.clock.now_ms();
-        let outcome = call.await;
-        self.settle(started, outcome).0
     }
 }
 
@@ -226,7 +229,11 @@ mod tests {
         took: Millis,
         outcome: Result<(), StoreError>,
     ) -> Verdict {
-        health.settle(clock.now_ms() - took, outcome).1
+        let reach = match &outcome {
+            Ok(_) => Reach::Answered,
+            Err(error) => error.reach(),
+        };
+        health.settle(clock.now_ms() - took, reach, outcome).1
     }
 
     #[test]
@@ -292,15 +299,18 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_wait_that_times_out_while_nothing_is_answered_is_an_outage() {
+    fn a_call_without_an_answer_in_time_while_nothing_else_is_answered_is_an_outage() {
         let clock = ManualClock::starting_at(0);
         let health = health_at(&clock);
         call(&health, &clock, 1, Ok(()));
         clock.advance_ms(10_000);
         // Waited 500 ms for a connection; no call was answered meanwhile (the server is down and
         // the pool keeps failing to connect).
-        let (outcome, verdict) =
-            health.settle(clock.now_ms() - 500, Err::<(), _>(pool_timed_out()));
+        let (outcome, verdict) = health.settle(
+            clock.now_ms() - 500,
+            Reach::NoAnswer,
+            Err::<(), _>(pool_timed_out()),
+        );
         assert_eq!(verdict, Verdict::OutageBegan);
         assert!(
             matches!(outcome, Err(StoreError::Database(_))),
@@ -311,20 +321,48 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_wait_that_times_out_while_others_are_answered_is_overload() {
+    fn a_call_without_an_answer_in_time_while_others_are_answered_is_overload() {
         let clock = ManualClock::starting_at(0);
         let health = health_at(&clock);
         call(&health, &clock, 1, Ok(()));
         clock.advance_ms(10_000);
-        // Another call is answered while this one waits for a connection.
+        // Another call is answered while this one waits for a connection (or for its statement:
+        // a lock wait past the deadline is the same case).
         call(&health, &clock, 1, Ok(()));
         clock.advance_ms(300);
-        let (outcome, verdict) =
-            health.settle(clock.now_ms() - 500, Err::<(), _>(pool_timed_out()));
+        let (outcome, verdict) = health.settle(
+            clock.now_ms() - 500,
+            Reach::NoAnswer,
+            Err::<(), _>(pool_timed_out()),
+        );
         assert_eq!(verdict, Verdict::NoNews);
         assert!(matches!(outcome, Err(StoreError::Overloaded)));
         assert_eq!(health.reachable_for(), 10_300, "no break in reachability");
         health.admit().expect("the circuit stays closed");
+    }
+
+    #[test]
+    fn an_answer_to_a_call_made_before_the_outage_was_noticed_does_not_end_it() {
+        let clock = ManualClock::starting_at(0);
+        let health = health_at(&clock);
+        call(&health, &clock, 1, Ok(()));
+        clock.advance_ms(1_000);
+        let outages = health.outages_seen();
+        assert_eq!(
+            call(&health, &clock, 1, Err(io_error())),
+            Verdict::OutageBegan
+        );
+        assert_eq!(health.outages_seen(), outages + 1);
+        clock.advance_ms(10);
+        // This call started 200 ms ago, before the failure above was noticed: it reached the
+        // database just before it went down, which says nothing of now.
+        assert_eq!(call(&health, &clock, 200, Ok(())), Verdict::NoNews);
+        assert_eq!(health.reachable_for(), 0);
+        assert!(health.admit().is_err(), "still open");
+        clock.advance_ms(PROBE_INTERVAL_MS);
+        health.admit().expect("a probe");
+        assert_eq!(call(&health, &clock, 1, Ok(())), Verdict::Answered);
+        assert_eq!(health.outages_seen(), outages + 1);
     }
 
     #[test]

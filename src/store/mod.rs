@@ -128,9 +128,10 @@ pub enum Reach {
     Answered,
     /// It could not be reached, or could not take a write: the outage of [`health`].
     Unreachable,
-    /// The wait for a pooled connection timed out: an outage if no call got an answer
-    /// meanwhile (no connection could be made), overload if others did.
-    ConnectionWait,
+    /// No answer in time (a wait for a pooled connection timed out, or a statement outlived its
+    /// deadline): an outage if no other call got an answer meanwhile (no connection could be
+    /// made, the network swallowed the calls), overload or a slow statement if others did.
+    NoAnswer,
     /// Nothing is known about the database (this replica's own queue was full, …).
     Unknown,
 }
@@ -148,7 +149,7 @@ impl StoreError {
                 | sqlx::Error::Protocol(_)
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::WorkerCrashed => Reach::Unreachable,
-                sqlx::Error::PoolTimedOut => Reach::ConnectionWait,
+                sqlx::Error::PoolTimedOut => Reach::NoAnswer,
                 sqlx::Error::Database(db) => match db.code() {
                     Some(code) if server_unavailable(&code) => Reach::Unreachable,
                     _ => Reach::Answered,

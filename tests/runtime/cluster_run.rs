@@ -300,11 +300,12 @@ impl Report {
         assert!(self.calls.served() > 0, "no call was served");
     }
 
-    /// No host was declared dead.
+    /// One of the replicas' counters, added up over them ([`WATCHED_METRICS`]).
     pub fn metric(&self, name: &str) -> f64 {
         self.metrics.get(name).copied().unwrap_or(0.0)
     }
 
+    /// No host was declared dead.
     pub fn assert_no_rejoin(&self) {
         assert!(
             self.rejoins.iter().all(|&r| r == 0),

@@ -175,7 +175,8 @@ impl Host {
     }
 
     /// Sends a request to the next replica (alternating, through this host's proxies), and on to
-    /// the one after when a replica does not answer, as a runtime behind a load balancer would.
+    /// the one after when a replica does not answer or answers 503 (it may be the one that
+    /// cannot reach the store), as the README tells a runtime to.
     async fn ask(
         &self,
         method: reqwest::Method,
@@ -190,7 +191,7 @@ impl Host {
                 .api
                 .send(replica, method.clone(), path, body.clone())
                 .await;
-            if !matches!(reply, Reply::Unreachable(_)) {
+            if !matches!(reply, Reply::Unreachable(_)) && !reply.is_retryable() {
                 break;
             }
         }

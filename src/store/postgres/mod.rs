@@ -33,7 +33,7 @@ use super::health::{StoreHealth, Verdict};
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates,
     LimitReached, Located, Membership, MembershipStore, NewActivation, PolicyStore, PoolStore,
-    Proposal, Reaped, Reaping, Registration, SiloPage, Store, StoreError, StoreSettings,
+    Proposal, Reach, Reaped, Reaping, Registration, SiloPage, Store, StoreError, StoreSettings,
     StoreStats, StoreTime, DEAD_SILO_RETENTION_MS, RELEASE_CHUNK,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
@@ -222,21 +222,26 @@ impl PostgresStore {
     }
 
     /// Runs one store call through the circuit ([`StoreHealth`]). A call that takes longer than
-    /// [`STATEMENT_DEADLINE`] is taken for an unreachable database (a connection black-holed by
-    /// the network never errors by itself). When an outage begins, the pool's connections are no
-    /// longer trusted: a server that stopped ended their sessions, and each would fail one call
-    /// after it comes back.
+    /// [`STATEMENT_DEADLINE`] got no answer in time, like a wait for a connection that timed out
+    /// (a connection black-holed by the network never errors by itself): an outage if no other
+    /// call got an answer meanwhile. When an outage begins, the pool's connections are no longer
+    /// trusted: a server that stopped ended their sessions, and each would fail one call after it
+    /// comes back.
     async fn guard<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         self.health.admit()?;
         let started = self.health.now();
-        let outcome = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
-            Err(_) => Err(StoreError::Unreachable),
-            Ok(outcome) => outcome,
+        let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
+            Err(_) => (Err(StoreError::Unreachable), Reach::NoAnswer),
+            Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
+            Ok(Err(error)) => {
+                let reach = error.reach();
+                (Err(error), reach)
+            }
         };
-        let (outcome, verdict) = self.health.settle(started, outcome);
+        let (outcome, verdict) = self.health.settle(started, reach, outcome);
         if verdict == Verdict::OutageBegan {
             self.connections.distrust_older();
         }
@@ -420,8 +425,14 @@ impl PostgresStore {
                             .as_ref()
                             .is_some_and(|p| p.status != SiloStatus::Dead)
                     {
-                        // Told it is dead, it is made dead: no replica may welcome it back.
+                        // Told it is dead, it is made dead: no replica may welcome it back. Only
+                        // if the death rule, applied again under the row's lock, agrees: an
+                        // outage seen meanwhile may have deferred it, and a silo told it is dead
+                        // drops grains that would then still be registered to it.
                         let reaping = self.declare_silent_dead(Some((cluster, silo))).await?;
+                        if reaping.dead.is_empty() {
+                            continue;
+                        }
                         let dead: Vec<&str> =
                             reaping.dead.iter().map(|r| r.silo.as_str()).collect();
                         super::declared_dead_on_the_way(cluster.as_str(), &dead, "heartbeat");
@@ -482,6 +493,11 @@ impl PostgresStore {
         clusters.dedup();
         for cluster in clusters {
             if let Err(error) = self.ensure_cluster(cluster).await {
+                // A store that could not be reached fails the batch (and the circuit sees it);
+                // a refusal (the cluster limit) fails only that cluster's heartbeats.
+                if error.reach() != Reach::Answered {
+                    return Err(error);
+                }
                 for (i, (c, _)) in silos.iter().enumerate() {
                     if c == cluster {
                         outcomes[i] = Some(Err(error.clone()));
@@ -1108,6 +1124,7 @@ impl PostgresStore {
     ) -> Result<Vec<Registration>, StoreError> {
         let order = grain_order(entries, |e| &e.grain);
         let now = self.now();
+        let outages = self.health.outages_seen();
         let reachable_for = self.health.reachable_for();
 
         let (stale_grains, stale_epochs): (Vec<&str>, Vec<i64>) = order
@@ -1167,9 +1184,15 @@ impl PostgresStore {
                 dead.iter().map(|silo| (cluster.as_str(), silo.as_str())),
             )
             .await?;
-            tx.commit().await?;
-            let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
-            super::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
+            if self.health.outages_seen() == outages {
+                tx.commit().await?;
+                let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
+                super::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
+            } else {
+                // An outage began while this judged: nothing is replaced; the insert below finds
+                // the old entries and the placement decides again.
+                tx.rollback().await?;
+            }
         }
 
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
@@ -1388,6 +1411,8 @@ impl PostgresStore {
         &self,
         only: Option<(&ClusterName, &SiloId)>,
     ) -> Result<Reaping, StoreError> {
+        let outages = self.health.outages_seen();
+        let reachable_for = self.health.reachable_for();
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
             "WITH t AS (SELECT COALESCE($1::int8, oracle_now_ms()) AS now),
@@ -1423,7 +1448,7 @@ impl PostgresStore {
              SELECT false, cluster, silo FROM silent WHERE deferred",
         )
         .bind(self.now())
-        .bind(self.health.reachable_for())
+        .bind(reachable_for)
         .bind(only.map(|(cluster, _)| cluster.as_str()))
         .bind(only.map(|(_, silo)| silo.as_str()))
         .fetch_all(&mut *tx)
@@ -1447,6 +1472,11 @@ impl PostgresStore {
                 .map(|r| (r.cluster.as_str(), r.silo.as_str())),
         )
         .await?;
+        if self.health.outages_seen() != outages {
+            // An outage began while this judged: its count of reachable time was too long.
+            tx.rollback().await?;
+            return Ok(Reaping::default());
+        }
         tx.commit().await?;
         Ok(reaping)
     }
