@@ -18,7 +18,7 @@ use tokio::net::UdpSocket;
 
 use crate::cluster::{ClusterName, PoolName};
 use crate::connect::{node_ip, IpFamily};
-use crate::oracle::{Oracle, OracleError};
+use crate::oracle::{Connections, OracleError};
 
 /// Largest UDP message read (plain DNS is 512; EDNS clients may send more).
 const MAX_PACKET: usize = 4_096;
@@ -28,7 +28,7 @@ const MAX_QUERIES_IN_FLIGHT: usize = 256;
 
 /// Answers DNS queries on `socket` until `shutdown` completes.
 pub async fn serve_dns(
-    oracle: Arc<Oracle>,
+    oracle: Arc<Connections>,
     socket: UdpSocket,
     zone: String,
     shutdown: impl Future<Output = ()>,
@@ -58,7 +58,7 @@ pub async fn serve_dns(
 }
 
 /// The reply to one packet, or `None` to stay silent (unreadable packets, or responses).
-pub async fn answer(oracle: &Oracle, zone: &str, packet: &[u8]) -> Option<Vec<u8>> {
+pub async fn answer(oracle: &Connections, zone: &str, packet: &[u8]) -> Option<Vec<u8>> {
     let request = match Message::from_vec(packet) {
         Ok(request) => request,
         Err(_) => {
@@ -90,7 +90,11 @@ pub async fn answer(oracle: &Oracle, zone: &str, packet: &[u8]) -> Option<Vec<u8
 }
 
 /// The answer records for one question, or the response code that says why there are none.
-async fn resolve(oracle: &Oracle, zone: &str, query: &Query) -> Result<Vec<Record>, ResponseCode> {
+async fn resolve(
+    oracle: &Connections,
+    zone: &str,
+    query: &Query,
+) -> Result<Vec<Record>, ResponseCode> {
     let name = query.name().to_ascii().to_ascii_lowercase();
     let name = name.trim_end_matches('.');
     let inside = if name == zone {

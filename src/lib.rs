@@ -129,20 +129,29 @@ pub async fn serve(
     let webhook_hosts = config
         .webhook_hosts()
         .map_err(|e| anyhow::anyhow!("invalid ORACLE_WEBHOOK_ALLOWED_HOSTS: {e}"))?;
-    let mut oracle = Oracle::new(store, config.rng_seed)
-        .with_replica(replica)
-        .with_directory_cache(cache)
-        .with_webhook_hosts(webhook_hosts);
-    if let Some(token) = &config.admin_token {
-        let ttl = std::time::Duration::from_millis(config.key_cache_ttl_ms);
-        let credentials =
-            oracle::Credentials::new(token.clone(), config.key_hash_secret.as_ref(), ttl);
-        oracle = oracle.with_credentials(credentials);
+    let credentials = config
+        .admin_token
+        .as_ref()
+        .map(|token| oracle::AdminCredentials {
+            admin_token: token.clone(),
+            key_hash_secret: config.key_hash_secret.clone(),
+            key_cache_ttl: std::time::Duration::from_millis(config.key_cache_ttl_ms),
+        });
+    if credentials.is_some() {
         tracing::info!(
             "credentials required: the admin token or a cluster key on every cluster route"
         );
     }
-    let oracle = Arc::new(oracle);
+    let oracle = Oracle::new(
+        store,
+        oracle::OracleSettings {
+            seed: config.rng_seed,
+            replica,
+            directory_cache: cache,
+            webhook_hosts,
+            credentials,
+        },
+    );
     // Rate limits measure this replica's own durations: the monotonic clock, which a step of the
     // wall clock cannot fill or empty every bucket with.
     let rate_limits = rate_limit::RateLimits::new(
@@ -167,16 +176,16 @@ pub async fn serve(
             .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
         tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
         let dns = dns::serve_dns(
-            oracle.clone(),
+            oracle.connections.clone(),
             socket,
             config.dns_zone.clone(),
             background.stopping(),
         );
         background.spawn("dns", dns);
     }
-    let sweeper = background::run_sweeper(oracle.clone(), background.stopping());
+    let sweeper = background::run_sweeper(oracle.members.clone(), background.stopping());
     background.spawn("sweeper", sweeper);
-    let movers = background::run_movers(oracle.clone(), background.stopping());
+    let movers = background::run_movers(oracle.movers.clone(), background.stopping());
     background.spawn("movers", movers);
 
     if config.open_mode() && !address.ip().is_loopback() {
@@ -193,7 +202,7 @@ pub async fn serve(
     // Stopped whether serving ended by the signal or by an error; then the cluster leases go, so
     // another replica carries on at once.
     background.stop().await;
-    oracle.release_leases().await;
+    oracle.movers.release_leases().await;
     served?;
     tracing::info!("stopped");
     Ok(())

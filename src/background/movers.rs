@@ -1,6 +1,6 @@
 //! The movers' driver: every [`MOVERS_TICK`], for each cluster whose grains may have to move (its
 //! rebalancer is enabled, a silo is being drained, or migrations are open), keep (or wait for) the
-//! cluster's lease and do whatever is due ([`Oracle::drive`]): cancel stale migrations, issue
+//! cluster's lease and do whatever is due ([`Movers::drive`]): cancel stale migrations, issue
 //! drain migrations, run the rebalancer's cycle. Every replica runs it; the lease makes exactly
 //! one of them act for a cluster, and another takes over within a lease period when it stops.
 
@@ -8,13 +8,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::oracle::Oracle;
+use crate::oracle::Movers;
 
 /// How often the driver looks: a fraction of the shortest session cycle period (2 s).
 pub const MOVERS_TICK: Duration = Duration::from_millis(500);
 
 /// Drives the movers until `shutdown` completes; errors are logged and retried next tick.
-pub async fn run_movers(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>) {
+pub async fn run_movers(movers: Arc<Movers>, shutdown: impl Future<Output = ()>) {
     let mut ticks = tokio::time::interval(MOVERS_TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -22,7 +22,7 @@ pub async fn run_movers(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>)
         tokio::select! {
             _ = &mut shutdown => return,
             _ = ticks.tick() => {
-                let clusters = match oracle.store().clusters_moving_grains().await {
+                let clusters = match movers.clusters_moving_grains().await {
                     Ok(clusters) => clusters,
                     Err(error) => {
                         tracing::error!(%error, "cannot list the clusters whose grains may move; retrying next tick");
@@ -30,7 +30,7 @@ pub async fn run_movers(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>)
                     }
                 };
                 for cluster in clusters {
-                    match oracle.drive(&cluster).await {
+                    match movers.drive(&cluster).await {
                         Ok(Some(step)) => {
                             for drain in &step.drains {
                                 tracing::info!(

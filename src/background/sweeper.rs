@@ -1,11 +1,11 @@
 //! The membership sweep's loop: every [`SWEEP_INTERVAL`], declare silent silos dead and release
-//! their entries ([`Oracle::sweep`] and its steps say what each does and why every replica may).
+//! their entries ([`Members::sweep`] and its steps say what each does and why every replica may).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::oracle::Oracle;
+use crate::oracle::Members;
 
 /// How often the sweep runs.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -15,7 +15,7 @@ const SWEEPS_PER_GAUGE_REFRESH: u64 = 5;
 
 /// Sweeps every [`SWEEP_INTERVAL`] until `shutdown` completes. Store errors are logged and retried
 /// on the next tick.
-pub async fn run_sweeper(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>) {
+pub async fn run_sweeper(members: Arc<Members>, shutdown: impl Future<Output = ()>) {
     let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -25,10 +25,10 @@ pub async fn run_sweeper(oracle: Arc<Oracle>, shutdown: impl Future<Output = ()>
             _ = ticks.tick() => {
                 let outcome = if sweep % SWEEPS_PER_GAUGE_REFRESH == 0 {
                     crate::telemetry::metrics_handle().run_upkeep();
-                    oracle.sweep().await.map(|_| ())
+                    members.sweep().await.map(|_| ())
                 } else {
-                    match oracle.declare_dead().await {
-                        Ok(_) => oracle.release_dead().await.map(|_| ()),
+                    match members.declare_dead().await {
+                        Ok(_) => members.release_dead().await.map(|_| ()),
                         Err(error) => Err(error),
                     }
                 };

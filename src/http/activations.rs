@@ -1,15 +1,16 @@
 //! The directory itself: look up, deactivate and list activations.
 
+use crate::oracle::Directory;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
-use super::AppState;
 use crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS;
 use crate::cluster::{GrainId, SiloId};
 use crate::store::Activation;
@@ -98,12 +99,12 @@ pub struct ActivationPage {
     )
 )]
 pub async fn get_activation(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, grain)): ApiPath<(String, String)>,
 ) -> Result<Json<ActivationResponse>, ApiError> {
     let grain = GrainId::parse("grain", &grain)?;
-    let activation = state.oracle.lookup(&cluster, &grain).await?;
+    let activation = directory.lookup(&cluster, &grain).await?;
     Ok(Json(activation.into()))
 }
 
@@ -132,7 +133,7 @@ pub async fn get_activation(
     )
 )]
 pub async fn delete_activation(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, grain)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery<DeactivateQuery>,
@@ -149,8 +150,7 @@ pub async fn delete_activation(
         )
         .into());
     }
-    state
-        .oracle
+    directory
         .deactivate(&cluster, &grain, &silo, query.epoch)
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -175,7 +175,7 @@ pub async fn delete_activation(
     )
 )]
 pub async fn list_activations(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<ActivationPage>, ApiError> {
@@ -186,8 +186,7 @@ pub async fn list_activations(
         // 400 characters), so that paging goes past an older, longer id it answered as a cursor.
         validation::label("cursor", cursor, MAX_STORED_GRAIN_ID_CHARS)?;
     }
-    let page = state
-        .oracle
+    let page = directory
         .activations_on(&cluster, &silo, query.cursor.as_deref(), limit)
         .await?;
     Ok(Json(ActivationPage {

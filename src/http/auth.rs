@@ -88,13 +88,15 @@ impl FromRequestParts<AppState> for Admin {
 /// Who calls, from `Authorization: Bearer …`; named in the request's span (never by a secret).
 async fn identify(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
     let bearer = bearer(parts);
-    let caller =
-        state.oracle.identify(bearer.as_deref()).await.map_err(
-            |unidentified| match unidentified {
-                Unidentified::Denied(denial) => denied(denial),
-                Unidentified::Failed(error) => error.into(),
-            },
-        )?;
+    let caller = state
+        .oracle
+        .credentials
+        .identify(bearer.as_deref())
+        .await
+        .map_err(|unidentified| match unidentified {
+            Unidentified::Denied(denial) => denied(denial),
+            Unidentified::Failed(error) => error.into(),
+        })?;
     let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("caller", caller.log_name());

@@ -2,15 +2,16 @@
 //! `GET /v1/clusters/{cluster}/distribution` (how a cluster's grains are spread over its silos,
 //! and where open migrations take them).
 
+use crate::oracle::{Directory, Members};
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Admin, Cluster};
 use super::error::{ApiError, Problem};
 use super::extract::ApiQuery;
-use super::AppState;
 use crate::cluster::ClusterName;
 use crate::oracle::{Distribution, Flow, SiloShare};
 use crate::validation::{self, Invalid};
@@ -53,7 +54,7 @@ pub struct ClusterListQuery {
     )
 )]
 pub async fn list_clusters(
-    State(state): State<AppState>,
+    State(members): State<Arc<Members>>,
     _admin: Admin,
     ApiQuery(query): ApiQuery<ClusterListQuery>,
 ) -> Result<Json<ClusterList>, ApiError> {
@@ -70,7 +71,7 @@ pub async fn list_clusters(
             })
         })
         .transpose()?;
-    let (names, next_cursor) = state.oracle.clusters(cursor.as_ref(), limit).await?;
+    let (names, next_cursor) = members.clusters(cursor.as_ref(), limit).await?;
     Ok(Json(ClusterList {
         clusters: names.iter().map(ClusterName::to_string).collect(),
         next_cursor,
@@ -165,9 +166,9 @@ impl DistributionResponse {
     )
 )]
 pub async fn get_distribution(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<DistributionResponse>, ApiError> {
-    let distribution = state.oracle.distribution(&cluster).await?;
+    let distribution = directory.distribution(&cluster).await?;
     Ok(Json(DistributionResponse::new(&cluster, distribution)))
 }

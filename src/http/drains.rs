@@ -1,6 +1,8 @@
 //! `POST /v1/clusters/{cluster}/silos/{silo}/drain`: move a silo's grains away before it stops.
 
+use crate::oracle::Movers;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -11,7 +13,6 @@ use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiPath;
 use super::silos::SiloResponse;
-use super::AppState;
 use crate::cluster::SiloId;
 
 /// What a drain request did.
@@ -83,12 +84,12 @@ pub struct StuckActivations {
     )
 )]
 pub async fn drain_silo(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<DrainResponse>, ApiError> {
     let silo = SiloId::parse("silo", &silo)?;
-    let drained = state.oracle.drain(&cluster, &silo).await?;
+    let drained = movers.drain(&cluster, &silo).await?;
     let mut by_target: BTreeMap<String, u64> = BTreeMap::new();
     let (migrations, stuck) = drained
         .issued

@@ -1,6 +1,9 @@
 //! `POST /v1/clusters/{cluster}/heartbeats`: a silo reports its status and load.
 
+use crate::oracle::Members;
+use crate::rate_limit::RateLimits;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -11,7 +14,6 @@ use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::silos::SiloResponse;
-use super::AppState;
 use crate::cluster::lease;
 use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{Heartbeat, LoadReport, SiloId, SiloStatus};
@@ -233,13 +235,14 @@ pub struct HeartbeatResponse {
     )
 )]
 pub async fn post_heartbeat(
-    State(state): State<AppState>,
+    State(members): State<Arc<Members>>,
+    State(limits): State<Arc<RateLimits>>,
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
-    state.rate_limits.heartbeat(&cluster)?;
+    limits.heartbeat(&cluster)?;
     let heartbeat = request.validate()?;
-    let snapshot = state.oracle.heartbeat(&cluster, heartbeat).await?;
+    let snapshot = members.heartbeat(&cluster, heartbeat).await?;
     Ok(Json(HeartbeatResponse {
         silo: SiloResponse::from(&snapshot),
         lease_ms: lease::lease_ms(snapshot.liveness.silo_ttl_ms),

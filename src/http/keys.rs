@@ -1,15 +1,16 @@
 //! `…/keys`: the admin issues, lists and revokes a cluster's keys.
 
+use crate::oracle::Credentials;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
-use super::AppState;
 use crate::auth::{Scope, KEY_PREFIX};
 use crate::clock::Millis;
 use crate::store::StoredKey;
@@ -112,7 +113,7 @@ pub struct KeyList {
     )
 )]
 pub async fn issue_key(
-    State(state): State<AppState>,
+    State(credentials): State<Arc<Credentials>>,
     Cluster(cluster): Cluster,
     ApiJson(body): ApiJson<NewKeyRequest>,
 ) -> Result<(StatusCode, Json<IssuedKeyResponse>), ApiError> {
@@ -123,9 +124,7 @@ pub async fn issue_key(
     if !label.is_empty() {
         validation::label("label", &label, MAX_LABEL_CHARS)?;
     }
-    let issued = state
-        .oracle
-        .issue_key(&cluster, body.scopes, label)
+    let issued = credentials.issue_key(&cluster, body.scopes, label)
         .await?
         .ok_or_else(|| {
             ApiError::new(
@@ -160,10 +159,10 @@ pub async fn issue_key(
     )
 )]
 pub async fn list_keys(
-    State(state): State<AppState>,
+    State(credentials): State<Arc<Credentials>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<KeyList>, ApiError> {
-    let keys = state.oracle.keys(&cluster).await?;
+    let keys = credentials.keys(&cluster).await?;
     Ok(Json(KeyList {
         keys: keys.into_iter().map(KeyResponse::from).collect(),
     }))
@@ -189,12 +188,12 @@ pub async fn list_keys(
     )
 )]
 pub async fn revoke_key(
-    State(state): State<AppState>,
+    State(credentials): State<Arc<Credentials>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     // An id that no key could have is not looked up (nor sent to the database as it is).
-    if crate::auth::is_key_id(&id) && state.oracle.revoke_key(&cluster, &id).await? {
+    if crate::auth::is_key_id(&id) && credentials.revoke_key(&cluster, &id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!(

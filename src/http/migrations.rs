@@ -7,15 +7,16 @@
 //! it, the answer is 409 saying why and the migration is cancelled; a silo that cannot carry one
 //! out fails it, and the grain stays.
 
+use crate::oracle::Movers;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
-use super::AppState;
 use crate::cluster::SiloId;
 use crate::store::Migration;
 use crate::validation::{self, Invalid};
@@ -74,7 +75,7 @@ pub struct MigrationFailed {
     )
 )]
 pub async fn list_migrations(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<MigrationQuery>,
 ) -> Result<Json<MigrationPage>, ApiError> {
@@ -83,8 +84,7 @@ pub async fn list_migrations(
     if query.cursor.is_some_and(|c| c < 0) {
         return Err(Invalid::one("cursor", "must be a migration id (0 or more)").into());
     }
-    let listing = state
-        .oracle
+    let listing = movers
         .pending_migrations(&cluster, &silo, query.cursor, limit)
         .await?;
     Ok(Json(MigrationPage {
@@ -117,12 +117,12 @@ pub async fn list_migrations(
     )
 )]
 pub async fn complete_migration(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<Json<MigrationCompleted>, ApiError> {
     let id = migration_id(&id)?;
-    let moved = state.oracle.complete_migration(&cluster, id).await?;
+    let moved = movers.complete_migration(&cluster, id).await?;
     Ok(Json(MigrationCompleted {
         migration: moved.migration,
         epoch: moved.epoch,
@@ -149,12 +149,12 @@ pub async fn complete_migration(
     )
 )]
 pub async fn fail_migration(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, id)): ApiPath<(String, String)>,
 ) -> Result<Json<MigrationFailed>, ApiError> {
     let id = migration_id(&id)?;
-    let migration = state.oracle.fail_migration(&cluster, id).await?;
+    let migration = movers.fail_migration(&cluster, id).await?;
     Ok(Json(MigrationFailed { migration }))
 }
 

@@ -1,4 +1,5 @@
-//! The HTTP API: one module per resource, each a thin shell over [`crate::oracle::Oracle`].
+//! The HTTP API: one module per resource, each a thin shell over the oracle's component it uses
+//! ([`crate::oracle`]): a handler takes that component as its state (`State<Arc<Directory>>`, …).
 //!
 //! Routes and the OpenAPI document come from the same declarations (`#[utoipa::path]` handlers
 //! registered with `routes!`), so the spec cannot drift from the router.
@@ -41,17 +42,54 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::oracle::Oracle;
+use axum::extract::FromRef;
+
+use crate::oracle::{
+    Connections, Credentials, Directory, Members, Movers, Oracle, Policies, Readiness,
+};
 use crate::rate_limit::RateLimits;
 
-/// What every handler can reach.
+/// What the router serves from; each handler takes the part it uses (see the `FromRef`s below).
 #[derive(Clone)]
 pub struct AppState {
-    pub oracle: Arc<Oracle>,
+    pub oracle: Oracle,
     pub metrics: PrometheusHandle,
     /// Per-cluster rate limits, shared by every handler of the replica (each limited handler asks
     /// it right after parsing the cluster name).
     pub rate_limits: Arc<RateLimits>,
+}
+
+/// Lets handlers take one of the oracle's components as their state.
+macro_rules! component_state {
+    ($($component:ident: $type:ty),* $(,)?) => {
+        $(impl FromRef<AppState> for Arc<$type> {
+            fn from_ref(state: &AppState) -> Self {
+                state.oracle.$component.clone()
+            }
+        })*
+    };
+}
+
+component_state!(
+    members: Members,
+    policies: Policies,
+    directory: Directory,
+    movers: Movers,
+    connections: Connections,
+    credentials: Credentials,
+    readiness: Readiness,
+);
+
+impl FromRef<AppState> for Arc<RateLimits> {
+    fn from_ref(state: &AppState) -> Self {
+        state.rate_limits.clone()
+    }
+}
+
+impl FromRef<AppState> for PrometheusHandle {
+    fn from_ref(state: &AppState) -> Self {
+        state.metrics.clone()
+    }
 }
 
 /// Limits applied to every request.

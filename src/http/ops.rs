@@ -7,8 +7,12 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
 use super::error::{ApiError, Problem};
-use super::AppState;
+use crate::oracle::Readiness;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -29,10 +33,10 @@ pub struct Health {
         (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
+pub async fn healthz(State(readiness): State<Arc<Readiness>>) -> Json<Health> {
     Json(Health {
         status: "ok",
-        store: state.oracle.store().kind(),
+        store: readiness.store_kind(),
     })
 }
 
@@ -47,12 +51,11 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
         (status = 503, description = "The store is unreachable", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    let store = state.oracle.store();
-    store.ping().await?;
+pub async fn readyz(State(readiness): State<Arc<Readiness>>) -> Result<Json<Health>, ApiError> {
+    readiness.check().await?;
     Ok(Json(Health {
         status: "ready",
-        store: store.kind(),
+        store: readiness.store_kind(),
     }))
 }
 
@@ -66,10 +69,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
         (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(State(metrics): State<PrometheusHandle>) -> impl IntoResponse {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        metrics.render(),
     )
 }

@@ -1,6 +1,9 @@
 //! "Where should grain X go": `POST /v1/clusters/{cluster}/placements` and `…/placements/batch`.
 
+use crate::oracle::Directory;
+use crate::rate_limit::RateLimits;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -11,7 +14,6 @@ use super::activations::ActivationResponse;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::AppState;
 use crate::cluster::{GrainId, SiloId};
 use crate::oracle::{Outcome, PlaceRequest, Placement, Preview};
 use crate::placement::{Explanation, Strategy};
@@ -233,13 +235,14 @@ pub struct PlacementBatchResponse {
     )
 )]
 pub async fn post_placement(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
+    State(limits): State<Arc<RateLimits>>,
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<PlacementRequest>,
 ) -> Result<Json<PlacementResponse>, ApiError> {
-    state.rate_limits.placements(&cluster, 1)?;
+    limits.placements(&cluster, 1)?;
     let request = request.validate("")?;
-    let placement = state.oracle.place(&cluster, request).await?;
+    let placement = directory.place(&cluster, request).await?;
     Ok(Json(placement.into()))
 }
 
@@ -269,7 +272,7 @@ pub async fn post_placement(
     )
 )]
 pub async fn post_placement_preview(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<PlacementPreviewRequest>,
 ) -> Result<Json<PlacementPreviewResponse>, ApiError> {
@@ -282,7 +285,7 @@ pub async fn post_placement_preview(
     }
     .validate("")?;
     let grain = request.grain.to_string();
-    let preview = state.oracle.preview(&cluster, request).await?;
+    let preview = directory.preview(&cluster, request).await?;
     Ok(Json((grain, preview).into()))
 }
 
@@ -309,15 +312,14 @@ pub async fn post_placement_preview(
     )
 )]
 pub async fn post_placement_batch(
-    State(state): State<AppState>,
+    State(directory): State<Arc<Directory>>,
+    State(limits): State<Arc<RateLimits>>,
     Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<PlacementBatchRequest>,
 ) -> Result<Json<PlacementBatchResponse>, ApiError> {
-    state
-        .rate_limits
-        .placements(&cluster, batch.placements.len())?;
+    limits.placements(&cluster, batch.placements.len())?;
     let (requests, listings) = validate_batch(batch)?;
-    let results = state.oracle.place_many(&cluster, &requests).await?;
+    let results = directory.place_many(&cluster, &requests).await?;
     let items: Vec<PlacementBatchItem> = requests
         .iter()
         .zip(results)

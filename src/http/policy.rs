@@ -1,16 +1,17 @@
 //! `GET · PUT /v1/clusters/{cluster}/policy`: the placement policy, versioned with ETag / If-Match.
 
+use crate::oracle::Policies;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+use std::sync::Arc;
 use utoipa::ToSchema;
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::AppState;
 use crate::policy::Policy;
 use crate::validation::FieldError;
 
@@ -82,10 +83,10 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     )
 )]
 pub async fn get_policy(
-    State(state): State<AppState>,
+    State(policies): State<Arc<Policies>>,
     Cluster(cluster): Cluster,
 ) -> Result<Response, ApiError> {
-    let (policy, version) = state.oracle.policy(&cluster).await?;
+    let (policy, version) = policies.policy(&cluster).await?;
     Ok(respond(version, policy))
 }
 
@@ -118,13 +119,13 @@ pub async fn get_policy(
     )
 )]
 pub async fn put_policy(
-    State(state): State<AppState>,
+    State(policies): State<Arc<Policies>>,
     Cluster(cluster): Cluster,
     headers: HeaderMap,
     ApiJson(policy): ApiJson<Policy>,
 ) -> Result<Response, ApiError> {
     let expected = expected_version(&headers)?;
     policy.validate()?;
-    let version = state.oracle.put_policy(&cluster, &policy, expected).await?;
+    let version = policies.put_policy(&cluster, &policy, expected).await?;
     Ok(respond(version, policy))
 }

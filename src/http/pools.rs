@@ -1,15 +1,16 @@
 //! Connection pools: `PUT · GET /v1/clusters/{cluster}/pools/{pool}` and
 //! `POST …/pools/{pool}/connections` — which node should this client connect to.
 
+use crate::oracle::Connections;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::AppState;
 use crate::cluster::PoolName;
 use crate::connect::{ConnectRule, Pool};
 use crate::oracle::ConnectionExplanation;
@@ -78,14 +79,14 @@ pub struct ConnectQuery {
     )
 )]
 pub async fn put_pool(
-    State(state): State<AppState>,
+    State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
     ApiJson(pool): ApiJson<Pool>,
 ) -> Result<Json<Pool>, ApiError> {
     let name = PoolName::parse(&pool_name)?;
     pool.validate()?;
-    state.oracle.put_pool(&cluster, &name, &pool).await?;
+    connections.put_pool(&cluster, &name, &pool).await?;
     Ok(Json(pool))
 }
 
@@ -107,12 +108,12 @@ pub async fn put_pool(
     )
 )]
 pub async fn get_pool(
-    State(state): State<AppState>,
+    State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
 ) -> Result<Json<Pool>, ApiError> {
     let name = PoolName::parse(&pool_name)?;
-    Ok(Json(state.oracle.pool(&cluster, &name).await?))
+    Ok(Json(connections.pool(&cluster, &name).await?))
 }
 
 /// Which node should this client connect to?
@@ -139,14 +140,13 @@ pub async fn get_pool(
     )
 )]
 pub async fn post_connection(
-    State(state): State<AppState>,
+    State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
     ApiQuery(query): ApiQuery<ConnectQuery>,
 ) -> Result<Json<ConnectionResponse>, ApiError> {
     let name = PoolName::parse(&pool_name)?;
-    let connection = state
-        .oracle
+    let connection = connections
         .connect(&cluster, &name, query.explain, None)
         .await?;
     Ok(Json(ConnectionResponse {

@@ -5,7 +5,9 @@
 //! Changes run on the replica holding the cluster's lease: a request reaching another replica
 //! takes the lease when it is free, else gets 409 naming the holder.
 
+use crate::oracle::Movers;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -15,7 +17,6 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::AppState;
 use crate::clock::Millis;
 use crate::oracle::{RebalancerCycle, RebalancerStatus};
 use crate::rebalancer::{CycleOutcome, CycleReport, Move, SiloTally};
@@ -146,10 +147,10 @@ pub struct SuspendRequest {
     )
 )]
 pub async fn get_rebalancer(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
-    Ok(Json(state.oracle.rebalancer_status(&cluster).await?.into()))
+    Ok(Json(movers.rebalancer_status(&cluster).await?.into()))
 }
 
 /// Run one rebalancing cycle now.
@@ -172,12 +173,10 @@ pub async fn get_rebalancer(
     )
 )]
 pub async fn post_cycle(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<CycleResponse>, ApiError> {
-    Ok(Json(
-        state.oracle.run_rebalancer_cycle(&cluster).await?.into(),
-    ))
+    Ok(Json(movers.run_rebalancer_cycle(&cluster).await?.into()))
 }
 
 /// Start a session now.
@@ -198,15 +197,11 @@ pub async fn post_cycle(
     )
 )]
 pub async fn post_session(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
     Ok(Json(
-        state
-            .oracle
-            .start_rebalancer_session(&cluster)
-            .await?
-            .into(),
+        movers.start_rebalancer_session(&cluster).await?.into(),
     ))
 }
 
@@ -233,7 +228,7 @@ pub async fn post_session(
     )
 )]
 pub async fn post_suspend(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<SuspendRequest>,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
@@ -241,11 +236,7 @@ pub async fn post_suspend(
         .duration_ms
         .map(|ms| Millis::try_from(ms).unwrap_or(Millis::MAX - 1));
     Ok(Json(
-        state
-            .oracle
-            .suspend_rebalancer(&cluster, duration)
-            .await?
-            .into(),
+        movers.suspend_rebalancer(&cluster, duration).await?.into(),
     ))
 }
 
@@ -267,14 +258,10 @@ pub async fn post_suspend(
     )
 )]
 pub async fn post_resume(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
     Ok(Json(
-        state
-            .oracle
-            .start_rebalancer_session(&cluster)
-            .await?
-            .into(),
+        movers.start_rebalancer_session(&cluster).await?.into(),
     ))
 }

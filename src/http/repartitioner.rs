@@ -2,7 +2,10 @@
 //! grain-to-grain call counts), `GET …/repartitioner` (the sketch, the buffer, the last rounds,
 //! the estimated remote fraction) and `POST …/repartitioner/rounds` (one round now).
 
+use crate::oracle::Movers;
+use crate::rate_limit::RateLimits;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,7 +16,6 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
-use super::AppState;
 use crate::clock::Millis;
 use crate::cluster::GrainId;
 use crate::oracle::{RepartitionerRound, RepartitionerStatus};
@@ -191,11 +193,12 @@ impl From<RepartitionerRound> for RoundResponse {
     )
 )]
 pub async fn post_edges(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
+    State(limits): State<Arc<RateLimits>>,
     Cluster(cluster): Cluster,
     ApiJson(batch): ApiJson<EdgeBatch>,
 ) -> Result<(StatusCode, Json<EdgesAccepted>), ApiError> {
-    state.rate_limits.edges(&cluster, batch.edges.len())?;
+    limits.edges(&cluster, batch.edges.len())?;
     let mut v = Violations::default();
     if batch.edges.is_empty() || batch.edges.len() > MAX_EDGES {
         v.add(
@@ -225,7 +228,7 @@ pub async fn post_edges(
         }
     }
     v.finish(|| ())?;
-    let taken = state.oracle.report_edges(&cluster, &edges).await?;
+    let taken = movers.report_edges(&cluster, &edges).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(EdgesAccepted {
@@ -255,12 +258,10 @@ pub async fn post_edges(
     )
 )]
 pub async fn get_repartitioner(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<RepartitionerResponse>, ApiError> {
-    Ok(Json(
-        state.oracle.repartitioner_status(&cluster).await?.into(),
-    ))
+    Ok(Json(movers.repartitioner_status(&cluster).await?.into()))
 }
 
 /// Run one repartitioning round now.
@@ -285,10 +286,8 @@ pub async fn get_repartitioner(
     )
 )]
 pub async fn post_round(
-    State(state): State<AppState>,
+    State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
 ) -> Result<Json<RoundResponse>, ApiError> {
-    Ok(Json(
-        state.oracle.run_repartitioner_round(&cluster).await?.into(),
-    ))
+    Ok(Json(movers.run_repartitioner_round(&cluster).await?.into()))
 }

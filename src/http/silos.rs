@@ -1,7 +1,9 @@
 //! Membership: `GET /v1/clusters/{cluster}/silos`, `GET` and `DELETE …/silos/{silo}`.
 //! (Draining a silo is in [`super::drains`].)
 
+use crate::oracle::Members;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -11,7 +13,6 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
-use super::AppState;
 use crate::cluster::{LoadReport, SiloId, SiloStatus};
 use crate::oracle::SiloSnapshot;
 use crate::validation;
@@ -163,7 +164,7 @@ pub struct SiloLeftResponse {
     )
 )]
 pub async fn list_silos(
-    State(state): State<AppState>,
+    State(members): State<Arc<Members>>,
     Cluster(cluster): Cluster,
     ApiQuery(query): ApiQuery<SiloListQuery>,
 ) -> Result<Json<SiloListResponse>, ApiError> {
@@ -173,7 +174,7 @@ pub async fn list_silos(
         .as_deref()
         .map(|cursor| SiloId::parse("cursor", cursor))
         .transpose()?;
-    let listing = state.oracle.silos(&cluster, cursor.as_ref(), limit).await?;
+    let listing = members.silos(&cluster, cursor.as_ref(), limit).await?;
     Ok(Json(SiloListResponse {
         cluster: cluster.to_string(),
         silos: listing.silos.iter().map(SiloResponse::from).collect(),
@@ -199,12 +200,12 @@ pub async fn list_silos(
     )
 )]
 pub async fn get_silo(
-    State(state): State<AppState>,
+    State(members): State<Arc<Members>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<SiloResponse>, ApiError> {
     let silo = SiloId::parse("silo", &silo)?;
-    let snapshot = state.oracle.silo(&cluster, &silo).await?;
+    let snapshot = members.silo(&cluster, &silo).await?;
     Ok(Json(SiloResponse::from(&snapshot)))
 }
 
@@ -237,12 +238,12 @@ pub async fn get_silo(
     )
 )]
 pub async fn delete_silo(
-    State(state): State<AppState>,
+    State(members): State<Arc<Members>>,
     Cluster(cluster): Cluster,
     ApiPath((_cluster, silo)): ApiPath<(String, String)>,
 ) -> Result<Json<SiloLeftResponse>, ApiError> {
     let silo = SiloId::parse("silo", &silo)?;
-    let departure = state.oracle.leave(&cluster, &silo).await?;
+    let departure = members.leave(&cluster, &silo).await?;
     Ok(Json(SiloLeftResponse {
         silo: silo.to_string(),
         released_activations: departure.released,

@@ -1,18 +1,25 @@
 //! Connection pools: which node should this client connect to.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::{Oracle, OracleError};
+use super::views::ClusterViews;
+use super::OracleError;
 use crate::cluster::{ClusterName, PoolName};
 use crate::connect::{self, has_family, ConnectRule, IpFamily, Node, Pool, PoolState};
+use crate::store::Store;
 use crate::telemetry::metric;
 
-/// Per-replica state of every pool's rule (samples, kept decisions, connections handed out).
 /// Most pools whose rule state (sampling windows, kept decisions) this replica keeps.
 const MAX_POOL_STATES: usize = 4_096;
 
-pub(super) type PoolStates = Mutex<HashMap<(ClusterName, PoolName), PoolState>>;
+/// Pools and the connections they hand out.
+pub struct Connections {
+    store: Arc<dyn Store>,
+    views: Arc<ClusterViews>,
+    /// Per-replica state of every pool's rule (samples, kept decisions, connections handed out).
+    pool_states: Mutex<HashMap<(ClusterName, PoolName), PoolState>>,
+}
 
 /// The node a client should connect to.
 #[derive(Debug, Clone)]
@@ -46,7 +53,15 @@ pub struct ConnectionExplanation {
     pub burst_aware: bool,
 }
 
-impl Oracle {
+impl Connections {
+    pub(super) fn new(store: Arc<dyn Store>, views: Arc<ClusterViews>) -> Self {
+        Self {
+            store,
+            views,
+            pool_states: Mutex::default(),
+        }
+    }
+
     /// Creates or replaces a pool.
     pub async fn put_pool(
         &self,
@@ -87,7 +102,7 @@ impl Oracle {
         family: Option<IpFamily>,
     ) -> Result<Connection, OracleError> {
         let pool = self.pool(cluster, name).await?;
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let view = membership.view();
         let mut available = pool.available(&view);
         if available.is_empty() {

@@ -9,20 +9,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Oracle, OracleError};
+use super::OracleError;
 use crate::auth::{self, AdminToken, Caller, Denial, KeyHasher, Scope};
 use crate::cluster::ClusterName;
 use crate::config::Secret;
-use crate::store::StoredKey;
+use crate::store::{Store, StoredKey};
 use crate::telemetry::metric;
 
 /// Most keys a replica keeps looked up; past it the cache starts again empty (keys are few, so
 /// only a flood of distinct valid ids could get there).
 const CACHED_KEYS: usize = 100_000;
 
-/// The admin token, the key hasher, and the keys this replica looked up lately.
-#[derive(Debug, Default)]
+/// The admin credential of a replica that asks for credentials (no admin token is open mode).
+#[derive(Debug, Clone)]
+pub struct AdminCredentials {
+    pub admin_token: Secret,
+    /// What keys are hashed under; the admin token when absent.
+    pub key_hash_secret: Option<Secret>,
+    /// How long a key looked up stays trusted on this replica.
+    pub key_cache_ttl: Duration,
+}
+
+/// Who calls, and the cluster keys: the admin token, the key hasher, and the keys this replica
+/// looked up lately.
 pub struct Credentials {
+    store: Arc<dyn Store>,
     admin: Option<(AdminToken, KeyHasher)>,
     ttl: Duration,
     /// Shared with the requests that present them: a hit clones a pointer, not the record.
@@ -33,12 +44,23 @@ pub struct Credentials {
 }
 
 impl Credentials {
-    /// Credentials checked against `admin_token`, keys hashed under `key_hash_secret` (else the
-    /// admin token); keys looked up stay trusted for `ttl`.
-    pub fn new(admin_token: Secret, key_hash_secret: Option<&Secret>, ttl: Duration) -> Self {
-        let hasher = KeyHasher::new(key_hash_secret.unwrap_or(&admin_token));
+    /// Credentials checked against `admin`'s token, keys hashed under its key hash secret (else
+    /// the token) and trusted for its TTL once looked up; `None` is open mode.
+    pub(super) fn new(store: Arc<dyn Store>, admin: Option<AdminCredentials>) -> Self {
+        let (admin, ttl) = match admin {
+            Some(admin) => {
+                let hasher =
+                    KeyHasher::new(admin.key_hash_secret.as_ref().unwrap_or(&admin.admin_token));
+                (
+                    Some((AdminToken::new(&admin.admin_token), hasher)),
+                    admin.key_cache_ttl,
+                )
+            }
+            None => (None, Duration::ZERO),
+        };
         Self {
-            admin: Some((AdminToken::new(&admin_token), hasher)),
+            store,
+            admin,
             ttl,
             cache: Mutex::default(),
             revocations: AtomicU64::new(0),
@@ -89,21 +111,15 @@ pub enum Unidentified {
     Failed(OracleError),
 }
 
-impl Oracle {
-    /// The same oracle, asking every request for a credential (the admin token or a cluster key).
-    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
-        self.credentials = credentials;
-        self
-    }
-
+impl Credentials {
     /// No admin token is configured: every request may do everything.
     pub fn open_mode(&self) -> bool {
-        self.credentials.admin.is_none()
+        self.admin.is_none()
     }
 
     /// Who presents `bearer` (the `Authorization: Bearer …` value, if any).
     pub async fn identify(&self, bearer: Option<&str>) -> Result<Caller, Unidentified> {
-        let Some((admin, hasher)) = &self.credentials.admin else {
+        let Some((admin, hasher)) = &self.admin else {
             return Ok(Caller::Open);
         };
         let Some(presented) = bearer else {
@@ -124,10 +140,10 @@ impl Oracle {
         let Some(id) = auth::key_id(presented) else {
             return Err(invalid());
         };
-        let key = match self.credentials.cached(id) {
+        let key = match self.cached(id) {
             Some(key) => key,
             None => {
-                let seen = self.credentials.revocations.load(Ordering::SeqCst);
+                let seen = self.revocations.load(Ordering::SeqCst);
                 let found = self
                     .store
                     .key(id)
@@ -137,7 +153,7 @@ impl Oracle {
                     return Err(invalid());
                 };
                 let key = Arc::new(key);
-                self.credentials.remember(&key, seen);
+                self.remember(&key, seen);
                 key
             }
         };
@@ -159,7 +175,7 @@ impl Oracle {
         mut scopes: Vec<Scope>,
         label: String,
     ) -> Result<Option<IssuedKey>, OracleError> {
-        let Some((_, hasher)) = &self.credentials.admin else {
+        let Some((_, hasher)) = &self.admin else {
             return Ok(None);
         };
         scopes.sort();
@@ -186,8 +202,8 @@ impl Oracle {
     /// Revokes the cluster's key `id`: at once on this replica. `false` when there is no such key.
     pub async fn revoke_key(&self, cluster: &ClusterName, id: &str) -> Result<bool, OracleError> {
         let revoked = self.store.revoke_key(cluster, id).await?;
-        let mut cache = self.credentials.cache();
-        self.credentials.revocations.fetch_add(1, Ordering::SeqCst);
+        let mut cache = self.cache();
+        self.revocations.fetch_add(1, Ordering::SeqCst);
         cache.remove(id);
         drop(cache);
         if revoked {

@@ -31,6 +31,14 @@ pub struct WebhookHosts {
     loopback: bool,
 }
 
+/// Loopback hosts only, as in open mode: an oracle built in-process (tests, tools) can reach a
+/// local endpoint and nothing else.
+impl Default for WebhookHosts {
+    fn default() -> Self {
+        Self::loopback_only()
+    }
+}
+
 /// One listed host, with the one port it is allowed on (`None`: any).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {

@@ -119,7 +119,10 @@ fn concrete(template: &str, cluster: &str) -> String {
 /// cluster's key, a silo key, an operator key and the admin token.
 #[tokio::test]
 async fn every_route_answers_each_credential_as_its_scope_says() {
-    let app = TestApp::secured(Backend::Memory, Duration::from_secs(60)).await;
+    let app = TestApp::builder(Backend::Memory)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
     let cluster = app.cluster.clone();
     let (_, silo) = app.issue_key(&cluster, &["silo"]).await;
     let (_, operator) = app.issue_key(&cluster, &["operator"]).await;
@@ -194,7 +197,10 @@ async fn every_route_answers_each_credential_as_its_scope_says() {
 }
 
 async fn a_key_lives_from_issue_to_revocation(backend: Backend) {
-    let app = TestApp::secured(backend, Duration::from_secs(60)).await;
+    let app = TestApp::builder(backend)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
     let keys = app.path("/keys");
     let issued = app
         .send_as(
@@ -291,7 +297,10 @@ async fn a_key_lives_from_issue_to_revocation(backend: Backend) {
 }
 
 async fn bad_key_requests_are_refused_naming_the_field(backend: Backend) {
-    let app = TestApp::secured(backend, Duration::from_secs(60)).await;
+    let app = TestApp::builder(backend)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
     let keys = app.path("/keys");
     for (body, field) in [
         (json!({"scopes": []}), "scopes"),
@@ -326,7 +335,10 @@ async fn bad_key_requests_are_refused_naming_the_field(backend: Backend) {
 }
 
 async fn a_cluster_holds_at_most_a_hundred_keys(backend: Backend) {
-    let app = TestApp::secured(backend, Duration::from_secs(60)).await;
+    let app = TestApp::builder(backend)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
     for _ in 0..100 {
         app.issue_key(&app.cluster, &["silo"]).await;
     }
@@ -358,8 +370,18 @@ for_both_stores!(
 #[tokio::test]
 async fn keys_work_across_replicas_and_revocation_reaches_them() {
     let (_database, a, b) = TestApp::two_replicas().await;
-    let a = a.with_credentials(Duration::from_secs(60));
-    let b = b.with_credentials(Duration::ZERO);
+    let a = a
+        .sibling()
+        .seed(1)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
+    let b = b
+        .sibling()
+        .seed(2)
+        .credentials(Duration::ZERO)
+        .build()
+        .await;
     let (id, key) = a.issue_key(&a.cluster, &["silo"]).await;
     let beat = json!({"silo": "10.0.0.5:11111@1"});
     for replica in [&a, &b] {
@@ -401,26 +423,26 @@ async fn keys_work_across_replicas_and_revocation_reaches_them() {
 #[tokio::test]
 async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
     use placement_oracle::config::Secret;
-    use placement_oracle::oracle::Credentials;
+    use placement_oracle::oracle::AdminCredentials;
 
     let hash_secret = Secret::new("a-key-hash-secret-0123456789abcdef");
     let ttl = Duration::from_secs(60);
     let plain = TestApp::new(Backend::Memory).await;
-    let before = plain.reconfigured(|oracle| {
-        oracle.with_credentials(Credentials::new(
-            Secret::new(ADMIN_TOKEN),
-            Some(&hash_secret),
-            ttl,
-        ))
-    });
-    let (_, key) = before.issue_key(&before.cluster, &["silo"]).await;
-    let rotated = |hash: Option<&Secret>| {
-        let credentials =
-            Credentials::new(Secret::new("a-new-admin-token-fedcba9876543210"), hash, ttl);
-        plain.reconfigured(|oracle| oracle.with_credentials(credentials))
+    let with = |token: &str, key_hash_secret: Option<&Secret>| {
+        plain
+            .sibling()
+            .admin(AdminCredentials {
+                admin_token: Secret::new(token),
+                key_hash_secret: key_hash_secret.cloned(),
+                key_cache_ttl: ttl,
+            })
+            .build()
     };
+    let before = with(ADMIN_TOKEN, Some(&hash_secret)).await;
+    let (_, key) = before.issue_key(&before.cluster, &["silo"]).await;
+    const NEW_TOKEN: &str = "a-new-admin-token-fedcba9876543210";
     let beat = json!({"silo": "10.0.0.5:11111@1"});
-    let kept = rotated(Some(&hash_secret));
+    let kept = with(NEW_TOKEN, Some(&hash_secret)).await;
     let reply = kept
         .send_as(
             Some(&key),
@@ -430,7 +452,7 @@ async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    let lost = rotated(None);
+    let lost = with(NEW_TOKEN, None).await;
     let reply = lost
         .send_as(
             Some(&key),
@@ -442,11 +464,9 @@ async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
 
     // Keys issued without a hash secret survive a rotation whose hash secret is the old token.
-    let unsecreted = plain.reconfigured(|oracle| {
-        oracle.with_credentials(Credentials::new(Secret::new(ADMIN_TOKEN), None, ttl))
-    });
+    let unsecreted = with(ADMIN_TOKEN, None).await;
     let (_, old_key) = unsecreted.issue_key(&unsecreted.cluster, &["silo"]).await;
-    let migrated = rotated(Some(&Secret::new(ADMIN_TOKEN)));
+    let migrated = with(NEW_TOKEN, Some(&Secret::new(ADMIN_TOKEN))).await;
     let reply = migrated
         .send_as(
             Some(&old_key),
@@ -507,7 +527,10 @@ async fn logs_name_the_key_and_never_show_a_secret() {
         }
     }
 
-    let app = TestApp::secured(Backend::Memory, Duration::from_secs(60)).await;
+    let app = TestApp::builder(Backend::Memory)
+        .credentials(Duration::from_secs(60))
+        .build()
+        .await;
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()

@@ -52,7 +52,7 @@ async fn a_resolver_gets_one_node_per_lookup_by_the_pools_rule_and_nxdomain_for_
     let port = socket.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let listener = tokio::spawn(placement_oracle::dns::serve_dns(
-        app.oracle.clone(),
+        app.oracle.connections.clone(),
         socket,
         ZONE.to_owned(),
         async {

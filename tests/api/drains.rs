@@ -48,6 +48,7 @@ async fn migrations_from(app: &TestApp, silo: &str) -> Vec<Value> {
 async fn step(app: &TestApp) -> DriverStep {
     let cluster = ClusterName::parse(&app.cluster).unwrap();
     app.oracle
+        .movers
         .drive(&cluster)
         .await
         .unwrap()
@@ -229,10 +230,7 @@ async fn only_a_live_known_silo_can_be_drained(backend: Backend) {
     let drained = app.post("/silos/a@1/drain", Value::Null).await;
     assert_eq!(drained.status, StatusCode::OK);
     let cluster = ClusterName::parse(&app.cluster).unwrap();
-    assert_eq!(
-        app.oracle.store().clusters_moving_grains().await.unwrap(),
-        [cluster]
-    );
+    assert_eq!(app.store.clusters_moving_grains().await.unwrap(), [cluster]);
 }
 
 for_both_stores!(
@@ -262,7 +260,7 @@ async fn a_replica_without_the_lease_leaves_the_issuing_to_the_holder() {
     assert_eq!(asked.body["issued"], json!([]));
     let cluster = ClusterName::parse(&cluster_name).unwrap();
     assert!(
-        b.oracle.drive(&cluster).await.unwrap().is_none(),
+        b.oracle.movers.drive(&cluster).await.unwrap().is_none(),
         "B does not hold the lease"
     );
     let issued = step(&a).await;

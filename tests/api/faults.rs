@@ -18,7 +18,7 @@ use placement_oracle::store::StoreSettings;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::helpers::{unique_cluster, Reply, TestApp, TestDatabase, START_MS};
+use crate::helpers::{unique_cluster, Backend, Reply, TestApp, TestDatabase, START_MS};
 use crate::proxy::FaultyLink;
 
 const SILOS: [&str; 4] = [
@@ -75,13 +75,15 @@ async fn two_replicas_keep_every_acknowledged_placement_through_a_restart_and_a_
         let store = database
             .store_via_on_database_clock(link.port, StoreSettings::with_ttl(TTL_MS))
             .await;
-        replicas.push(TestApp::replica(
-            store,
-            &database,
-            cluster.clone(),
-            seed,
-            unused.clone(),
-        ));
+        replicas.push(
+            TestApp::builder(Backend::Postgres)
+                .on(store, &database)
+                .cluster(cluster.clone())
+                .seed(seed)
+                .clock(unused.clone())
+                .build()
+                .await,
+        );
     }
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut stopped: watch::Receiver<bool>| async move {
@@ -90,7 +92,7 @@ async fn two_replicas_keep_every_acknowledged_placement_through_a_restart_and_a_
     let mut background = Vec::new();
     for replica in &replicas {
         background.push(tokio::spawn(run_sweeper(
-            replica.oracle.clone(),
+            replica.oracle.members.clone(),
             until_stopped(stopped.clone()),
         )));
     }

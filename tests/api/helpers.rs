@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
 use placement_oracle::config::Secret;
-use placement_oracle::oracle::{Credentials, Oracle, Replica};
+use placement_oracle::oracle::{AdminCredentials, Oracle, OracleSettings, Replica};
 use placement_oracle::placement::webhook_hosts::WebhookHosts;
 use placement_oracle::rate_limit::{RateLimits, Rates};
 use placement_oracle::store::memory::MemoryStore;
@@ -44,7 +44,10 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct TestApp {
     pub router: Router,
-    pub oracle: Arc<Oracle>,
+    pub oracle: Oracle,
+    /// The store under the oracle: what a test reads or writes directly (as another replica
+    /// would), and what a sibling replica shares.
+    pub store: Arc<dyn Store>,
     pub clock: ManualClock,
     pub cluster: String,
     /// Keeps a Postgres test's database until the last replica using it is dropped.
@@ -278,6 +281,147 @@ async fn reached(store: PostgresStore) -> PostgresStore {
     store
 }
 
+/// A store given to a builder, with the database (if any) it must keep alive.
+type GivenStore = (Arc<dyn Store>, Option<Arc<TestDatabase>>);
+
+/// How a [`TestApp`] is made: every test app comes from [`TestApp::builder`] (or its shorthand
+/// [`TestApp::new`]), or from [`TestApp::sibling`] for another replica on the same store.
+pub struct AppBuilder {
+    backend: Backend,
+    /// A store (and the database it keeps alive) to run on instead of a new one.
+    store: Option<GivenStore>,
+    store_settings: StoreSettings,
+    cluster: Option<String>,
+    clock: Option<ManualClock>,
+    seed: u64,
+    limits: Limits,
+    rates: Rates,
+    oracle: OracleSettings,
+}
+
+impl AppBuilder {
+    /// Runs on `store` of `database` (a Postgres store a test made itself: through a proxy, on the
+    /// database's clock, with a pool of its own).
+    pub fn on(mut self, store: PostgresStore, database: &Arc<TestDatabase>) -> Self {
+        self.store = Some((Arc::new(store), Some(database.clone())));
+        self
+    }
+
+    /// A new store with these settings (limits, default TTL).
+    pub fn store_settings(mut self, settings: StoreSettings) -> Self {
+        self.store_settings = settings;
+        self
+    }
+
+    /// Works in `cluster` (a fresh name by default).
+    pub fn cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = Some(cluster.into());
+        self
+    }
+
+    /// The store's clock (also what rate limits measure): what the test moves.
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Seeds the replica's random decisions; also its name in cluster leases (`replica-<seed>`).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Answers every request within `timeout`.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.request_timeout = timeout;
+        self
+    }
+
+    pub fn body_limit_bytes(mut self, bytes: usize) -> Self {
+        self.limits.body_limit_bytes = bytes;
+        self
+    }
+
+    pub fn rates(mut self, rates: Rates) -> Self {
+        self.rates = rates;
+        self
+    }
+
+    /// Lets webhooks call only `hosts` (as configured with an admin token).
+    pub fn webhook_hosts(mut self, hosts: WebhookHosts) -> Self {
+        self.oracle.webhook_hosts = hosts;
+        self
+    }
+
+    /// Asks every cluster route for a credential: [`ADMIN_TOKEN`] or a key it issued, trusting a
+    /// key it looked up for `key_ttl`.
+    pub fn credentials(self, key_ttl: Duration) -> Self {
+        self.admin(AdminCredentials {
+            admin_token: Secret::new(ADMIN_TOKEN),
+            key_hash_secret: None,
+            key_cache_ttl: key_ttl,
+        })
+    }
+
+    /// Asks for credentials as `admin` says.
+    pub fn admin(mut self, admin: AdminCredentials) -> Self {
+        self.oracle.credentials = Some(admin);
+        self
+    }
+
+    pub async fn build(self) -> TestApp {
+        let clock = self
+            .clock
+            .unwrap_or_else(|| ManualClock::starting_at(START_MS));
+        let (store, database): (Arc<dyn Store>, _) = match (self.store, self.backend) {
+            (Some(given), _) => given,
+            (None, Backend::Memory) => (
+                Arc::new(MemoryStore::new(
+                    self.store_settings,
+                    Arc::new(clock.clone()),
+                )),
+                None,
+            ),
+            (None, Backend::Postgres) => {
+                let database = TestDatabase::create().await;
+                let pool = database.pool(4).await;
+                let store = reached(store_on(pool, self.store_settings, Some(&clock))).await;
+                (Arc::new(store), Some(database))
+            }
+        };
+        // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
+        // of two seconds of the test's clock.
+        let settings = OracleSettings {
+            seed: Some(self.seed),
+            replica: Replica {
+                id: format!("replica-{}", self.seed),
+                lease_ttl_ms: LEASE_TTL_MS,
+            },
+            ..self.oracle
+        };
+        let oracle = Oracle::new(store.clone(), settings);
+        let rate_limits = RateLimits::new(self.rates, 10_000, Arc::new(clock.clone()));
+        let state = AppState {
+            oracle: oracle.clone(),
+            metrics: telemetry::metrics_handle(),
+            rate_limits: Arc::new(rate_limits),
+        };
+        TestApp {
+            router: app(state, self.limits),
+            oracle,
+            store,
+            clock,
+            cluster: self.cluster.unwrap_or_else(unique_cluster),
+            _database: database,
+        }
+    }
+}
+
 /// An embedded store on `clock`.
 pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(
@@ -287,32 +431,40 @@ pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
 }
 
 impl TestApp {
-    /// An app whose store has these settings (limits, default TTL).
-    pub async fn with_settings(backend: Backend, settings: StoreSettings) -> Self {
-        let clock = ManualClock::starting_at(START_MS);
-        let (store, database): (Arc<dyn Store>, _) = match backend {
-            Backend::Memory => (
-                Arc::new(MemoryStore::new(settings, Arc::new(clock.clone()))),
-                None,
-            ),
-            Backend::Postgres => {
-                let database = TestDatabase::create().await;
-                let store = reached(store_on(database.pool(4).await, settings, Some(&clock))).await;
-                (Arc::new(store), Some(database))
-            }
-        };
-        Self::with_store(store, database, unique_cluster(), 42, 1_048_576, clock)
+    /// A builder with the defaults: a new store of `backend` on a clock at [`START_MS`] with the
+    /// TTL [`TTL_MS`], a fresh cluster, seed 42, production's limits and rates, open mode.
+    pub fn builder(backend: Backend) -> AppBuilder {
+        AppBuilder {
+            backend,
+            store: None,
+            store_settings: StoreSettings::with_ttl(TTL_MS),
+            cluster: None,
+            clock: None,
+            seed: 42,
+            limits: Limits {
+                request_timeout: Duration::from_secs(30),
+                body_limit_bytes: 1 << 20,
+                max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+            },
+            rates: Rates::DEFAULT,
+            oracle: OracleSettings::default(),
+        }
     }
 
-    /// An app whose oracle lets webhooks call only `hosts` (as configured with an admin token).
-    pub async fn with_webhook_hosts(backend: Backend, hosts: WebhookHosts) -> Self {
-        Self::new(backend)
-            .await
-            .reconfigured(|oracle| oracle.with_webhook_hosts(hosts))
-    }
-
+    /// An app with the defaults.
     pub async fn new(backend: Backend) -> Self {
-        Self::with_settings(backend, StoreSettings::with_ttl(TTL_MS)).await
+        Self::builder(backend).build().await
+    }
+
+    /// A builder for another replica on this app's store, in its cluster, on its clock (seed 7):
+    /// the same service configured otherwise, or a second replica.
+    pub fn sibling(&self) -> AppBuilder {
+        let mut builder = Self::builder(Backend::Memory)
+            .cluster(self.cluster.clone())
+            .clock(self.clock.clone())
+            .seed(7);
+        builder.store = Some((self.store.clone(), self._database.clone()));
+        builder
     }
 
     /// Two replicas (seeds 1 and 2, each with a pool of its own) on one fresh Postgres database,
@@ -321,98 +473,20 @@ impl TestApp {
         let database = TestDatabase::create().await;
         let clock = ManualClock::starting_at(START_MS);
         let cluster = unique_cluster();
-        let a = Self::replica(
-            database.store(4, &clock).await,
-            &database,
-            cluster.clone(),
-            1,
-            clock.clone(),
-        );
-        let b = Self::replica(
-            database.store(4, &clock).await,
-            &database,
-            cluster,
-            2,
-            clock,
-        );
+        let mut replicas = Vec::new();
+        for seed in [1, 2] {
+            let replica = Self::builder(Backend::Postgres)
+                .on(database.store(4, &clock).await, &database)
+                .cluster(cluster.clone())
+                .clock(clock.clone())
+                .seed(seed)
+                .build()
+                .await;
+            replicas.push(replica);
+        }
+        let b = replicas.pop().unwrap();
+        let a = replicas.pop().unwrap();
         (database, a, b)
-    }
-
-    /// A replica on a Postgres `store` of `database`, working in `cluster`, its random decisions
-    /// seeded with `seed`; `clock` is the store's (unused by a store on the database's clock).
-    pub fn replica(
-        store: PostgresStore,
-        database: &Arc<TestDatabase>,
-        cluster: String,
-        seed: u64,
-        clock: ManualClock,
-    ) -> Self {
-        Self::with_store(
-            Arc::new(store),
-            Some(database.clone()),
-            cluster,
-            seed,
-            1 << 20,
-            clock,
-        )
-    }
-
-    /// A replica on `store` working in `cluster`, its random decisions seeded with `seed`; `clock`
-    /// is the store's (what the test moves). Several on one Postgres database act as several
-    /// oracle replicas.
-    pub fn with_store(
-        store: Arc<dyn Store>,
-        database: Option<Arc<TestDatabase>>,
-        cluster: String,
-        seed: u64,
-        body_limit_bytes: usize,
-        clock: ManualClock,
-    ) -> Self {
-        let limits = Limits {
-            request_timeout: Duration::from_secs(30),
-            body_limit_bytes,
-            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
-        };
-        Self::build(
-            store,
-            database,
-            cluster,
-            seed,
-            (limits, Rates::DEFAULT),
-            clock,
-            |oracle| oracle,
-        )
-    }
-
-    /// An app that asks every cluster route for a credential: [`ADMIN_TOKEN`] or a key it issued,
-    /// trusting a key it looked up for `key_ttl`.
-    pub async fn secured(backend: Backend, key_ttl: Duration) -> Self {
-        let plain = Self::new(backend).await;
-        plain.with_credentials(key_ttl)
-    }
-
-    /// The same store, cluster and clock, served by an oracle that asks for credentials.
-    pub fn with_credentials(&self, key_ttl: Duration) -> Self {
-        let credentials = Credentials::new(Secret::new(ADMIN_TOKEN), None, key_ttl);
-        self.reconfigured(|oracle| oracle.with_credentials(credentials))
-    }
-
-    /// The same store, cluster and clock, served by a new oracle that `configure` sets up.
-    pub fn reconfigured(&self, configure: impl FnOnce(Oracle) -> Oracle) -> Self {
-        let limits = Limits {
-            request_timeout: Duration::from_secs(30),
-            body_limit_bytes: 1 << 20,
-            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
-        };
-        Self::build(
-            self.oracle.store_handle(),
-            self._database.clone(),
-            self.cluster.clone(),
-            7,
-            (limits, Rates::DEFAULT),
-            self.clock.clone(),
-            configure,
-        )
     }
 
     /// Sends a request with `Authorization: Bearer <credential>` when one is given.
@@ -452,66 +526,6 @@ impl TestApp {
             reply.body["id"].as_str().unwrap().to_owned(),
             reply.body["key"].as_str().unwrap().to_owned(),
         )
-    }
-
-    /// An embedded-store app that answers every request within `timeout`.
-    pub fn with_request_timeout(timeout: Duration) -> Self {
-        Self::limited(
-            Limits {
-                request_timeout: timeout,
-                body_limit_bytes: 1 << 20,
-                max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
-            },
-            Rates::DEFAULT,
-        )
-    }
-
-    /// An embedded-store app with these limits and per-cluster rates; its rate limits run on the
-    /// app's manual clock, so a test decides exactly when buckets refill.
-    pub fn limited(limits: Limits, rates: Rates) -> Self {
-        let clock = ManualClock::starting_at(START_MS);
-        Self::build(
-            memory_store(&clock),
-            None,
-            unique_cluster(),
-            1,
-            (limits, rates),
-            clock,
-            |oracle| oracle,
-        )
-    }
-
-    fn build(
-        store: Arc<dyn Store>,
-        database: Option<Arc<TestDatabase>>,
-        cluster: String,
-        seed: u64,
-        (limits, rates): (Limits, Rates),
-        clock: ManualClock,
-        configure: impl FnOnce(Oracle) -> Oracle,
-    ) -> Self {
-        // Each replica of a test has a name of its own in cluster leases (its seed), and a lease
-        // of two seconds of the test's clock.
-        let replica = Replica {
-            id: format!("replica-{seed}"),
-            lease_ttl_ms: LEASE_TTL_MS,
-        };
-        let oracle = Arc::new(configure(
-            Oracle::new(store, Some(seed)).with_replica(replica),
-        ));
-        let rate_limits = RateLimits::new(rates, 10_000, Arc::new(clock.clone()));
-        let state = AppState {
-            oracle: oracle.clone(),
-            metrics: telemetry::metrics_handle(),
-            rate_limits: Arc::new(rate_limits),
-        };
-        Self {
-            router: app(state, limits),
-            oracle,
-            clock,
-            cluster,
-            _database: database,
-        }
     }
 
     /// The value of one exported metric series (`name{labels}` exactly as `/metrics` prints it),
@@ -608,7 +622,7 @@ impl TestApp {
 
     /// This app's name in cluster leases.
     pub fn oracle_replica(&self) -> String {
-        self.oracle.replica().id.clone()
+        self.oracle.movers.replica().id.clone()
     }
 
     /// Places one grain; asserts success and returns the answer.

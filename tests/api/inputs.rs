@@ -2,10 +2,9 @@
 
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
-use placement_oracle::clock::ManualClock;
 use serde_json::{json, Value};
 
-use crate::helpers::{memory_store, unique_cluster, Backend, TestApp, START_MS};
+use crate::helpers::{Backend, TestApp};
 
 async fn app() -> TestApp {
     let app = TestApp::new(Backend::Memory).await;
@@ -228,15 +227,10 @@ async fn malformed_json_wrong_content_type_and_oversized_bodies_get_problems() {
         .await
         .problem(StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
-    let clock = ManualClock::starting_at(START_MS);
-    let small = TestApp::with_store(
-        memory_store(&clock),
-        None,
-        unique_cluster(),
-        1,
-        1_024,
-        clock,
-    );
+    let small = TestApp::builder(Backend::Memory)
+        .body_limit_bytes(1_024)
+        .build()
+        .await;
     let big = json!({ "silo": "b@1", "metadata": { "k": "v".repeat(2_000) } });
     small
         .post("/heartbeats", big)

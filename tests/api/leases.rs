@@ -58,7 +58,7 @@ async fn a_shorter_ttl_never_cuts_short_a_lease_already_granted(backend: Backend
     // Five TTLs of the new policy later, a@1 is silent but its lease has not run out.
     app.clock.advance_ms(5_000);
     app.heartbeat("b@1", json!({})).await;
-    assert_eq!(app.oracle.sweep().await.unwrap(), 0);
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 0);
     assert_eq!(app.get("/silos/a@1").await.body["status"], "active");
     let again = app.place("user/kept").await;
     assert_eq!(
@@ -71,7 +71,7 @@ async fn a_shorter_ttl_never_cuts_short_a_lease_already_granted(backend: Backend
     app.clock.advance_ms(4_500);
     app.heartbeat("b@1", json!({})).await;
     app.clock.advance_ms(500);
-    assert_eq!(app.oracle.sweep().await.unwrap(), 1);
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 1);
     assert_eq!(app.get("/silos/a@1").await.body["status"], "dead");
     assert_eq!(app.place("user/kept").await["silo"], "b@1");
 }
@@ -84,30 +84,38 @@ async fn a_replica_judges_no_silence_from_before_it_reached_the_store() {
     let database = TestDatabase::create().await;
     let clock = ManualClock::starting_at(START_MS);
     let cluster = unique_cluster();
-    let first = TestApp::replica(
-        database.store(2, &clock).await,
-        &database,
-        cluster.clone(),
-        1,
-        clock.clone(),
-    );
+    let first = TestApp::builder(Backend::Postgres)
+        .on(database.store(2, &clock).await, &database)
+        .cluster(cluster.clone())
+        .seed(1)
+        .clock(clock.clone())
+        .build()
+        .await;
     first.heartbeat("quiet@1", json!({})).await;
 
     clock.advance_ms(6 * TTL_MS);
-    let late = TestApp::replica(
-        database.store(2, &clock).await,
-        &database,
-        cluster,
-        2,
-        clock.clone(),
+    let late = TestApp::builder(Backend::Postgres)
+        .on(database.store(2, &clock).await, &database)
+        .cluster(cluster)
+        .seed(2)
+        .clock(clock.clone())
+        .build()
+        .await;
+    assert_eq!(
+        late.oracle.members.sweep().await.unwrap(),
+        0,
+        "nothing judged yet"
     );
-    assert_eq!(late.oracle.sweep().await.unwrap(), 0, "nothing judged yet");
     assert_eq!(late.get("/silos/quiet@1").await.body["status"], "active");
 
     clock.advance_ms(TTL_MS - 1);
-    assert_eq!(late.oracle.sweep().await.unwrap(), 0);
+    assert_eq!(late.oracle.members.sweep().await.unwrap(), 0);
     clock.advance_ms(1);
-    assert_eq!(late.oracle.sweep().await.unwrap(), 1, "a whole TTL watched");
+    assert_eq!(
+        late.oracle.members.sweep().await.unwrap(),
+        1,
+        "a whole TTL watched"
+    );
     assert_eq!(late.get("/silos/quiet@1").await.body["status"], "dead");
 }
 
@@ -119,7 +127,13 @@ async fn every_outage_is_forgiven_not_only_the_last() {
     let link = FaultyLink::start(database.server_address()).await;
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store_via(link.port, &clock).await;
-    let app = TestApp::replica(store, &database, unique_cluster(), 3, clock.clone());
+    let app = TestApp::builder(Backend::Postgres)
+        .on(store, &database)
+        .cluster(unique_cluster())
+        .seed(3)
+        .clock(clock.clone())
+        .build()
+        .await;
     app.heartbeat("a@1", json!({})).await;
 
     let outage = |length_ms: i64| {
@@ -127,11 +141,14 @@ async fn every_outage_is_forgiven_not_only_the_last() {
         async move {
             link.cut();
             clock.advance_ms(length_ms);
-            assert!(app.oracle.sweep().await.is_err(), "the outage is seen");
+            assert!(
+                app.oracle.members.sweep().await.is_err(),
+                "the outage is seen"
+            );
             link.restore();
             loop {
                 clock.advance_ms(PROBE_INTERVAL_MS);
-                if app.oracle.sweep().await.is_ok() {
+                if app.oracle.members.sweep().await.is_ok() {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -146,9 +163,9 @@ async fn every_outage_is_forgiven_not_only_the_last() {
     // 14 s after a@1's heartbeat, forgiving only the last outage (about 2 s, from the last answer
     // before it) would leave 12 s of silence: dead. Counted from the end of it, 7 s: alive.
     clock.advance_ms(START_MS + 14_000 - back);
-    assert_eq!(app.oracle.sweep().await.unwrap(), 0);
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 0);
     assert_eq!(app.get("/silos/a@1").await.body["status"], "active");
     // A whole TTL after the store answered again, it is dead.
     clock.advance_ms(back + TTL_MS - clock.now_ms());
-    assert_eq!(app.oracle.sweep().await.unwrap(), 1);
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 1);
 }

@@ -9,7 +9,7 @@ use placement_oracle::Limits;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-use crate::helpers::{Reply, TestApp, MAX_CONCURRENT_REQUESTS};
+use crate::helpers::{Backend, Reply, TestApp, MAX_CONCURRENT_REQUESTS};
 
 fn limits(max_concurrent_requests: usize) -> Limits {
     Limits {
@@ -53,7 +53,11 @@ async fn gated_webhook() -> (String, mpsc::UnboundedReceiver<()>, watch::Sender<
 
 #[tokio::test]
 async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_health_checks() {
-    let app = TestApp::limited(limits(1), Rates::DEFAULT);
+    let app = TestApp::builder(Backend::Memory)
+        .limits(limits(1))
+        .rates(Rates::DEFAULT)
+        .build()
+        .await;
     let shed_total = "oracle_requests_shed_total";
     let shed_placements = r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="503"}"#;
     let (shed_before, shed_placements_before) = (
@@ -130,7 +134,11 @@ async fn heartbeats_over_the_limit_are_refused_per_cluster_until_the_bucket_refi
         heartbeats: 2,
         ..Rates::DEFAULT
     };
-    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    let app = TestApp::builder(Backend::Memory)
+        .limits(limits(MAX_CONCURRENT_REQUESTS))
+        .rates(rates)
+        .build()
+        .await;
     app.heartbeat("a@1", json!({})).await;
     app.heartbeat("b@1", json!({})).await;
 
@@ -175,7 +183,11 @@ async fn placements_count_the_grains_of_a_batch_and_edges_the_edges_of_a_report(
         edges: 3,
         ..Rates::DEFAULT
     };
-    let app = TestApp::limited(limits(MAX_CONCURRENT_REQUESTS), rates);
+    let app = TestApp::builder(Backend::Memory)
+        .limits(limits(MAX_CONCURRENT_REQUESTS))
+        .rates(rates)
+        .build()
+        .await;
     let limited = |kind: &str| format!("oracle_rate_limited_total{{kind=\"{kind}\"}}");
     let before = (
         app.metric(&limited("placements")).await,

@@ -14,8 +14,7 @@ use crate::helpers::{Backend, TestApp};
 async fn issue(app: &TestApp, lease: &Lease, grain: &str, from: &str, to: &str, epoch: i64) -> i64 {
     let cluster = ClusterName::parse(&app.cluster).unwrap();
     let issued = app
-        .oracle
-        .store()
+        .store
         .issue_migrations(
             &cluster,
             lease,
@@ -49,8 +48,7 @@ async fn a_source_polls_completes_and_fails_its_migrations(backend: Backend) {
     let bob = placed_on(&app, "user/bob", "a@1").await;
     let cluster = ClusterName::parse(&app.cluster).unwrap();
     let LeaseClaim::Held(lease) = app
-        .oracle
-        .store()
+        .store
         .claim_lease(&cluster, "driver", 60_000)
         .await
         .unwrap()

@@ -73,7 +73,10 @@ async fn the_specs_examples_work_when_tried_in_order() {
     use axum::http::Method;
 
     // As an operator would try it: with the admin token in Swagger UI's Authorize dialog.
-    let app = TestApp::secured(Backend::Memory, std::time::Duration::from_secs(60)).await;
+    let app = TestApp::builder(Backend::Memory)
+        .credentials(std::time::Duration::from_secs(60))
+        .build()
+        .await;
     let spec = placement_oracle::http::openapi();
     let steps: [(Method, &str); 30] = [
         (Method::POST, "/v1/clusters/{cluster}/keys"),

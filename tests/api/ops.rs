@@ -8,7 +8,7 @@ use placement_oracle::config::Config;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::helpers::{memory_store, unique_cluster, Backend, TestApp, TestDatabase, START_MS};
+use crate::helpers::{memory_store, Backend, TestApp, TestDatabase, START_MS};
 
 #[tokio::test]
 async fn health_and_readiness_name_the_store() {
@@ -38,7 +38,12 @@ async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store(1, &clock).await;
     store.pool().close().await;
-    let app = TestApp::replica(store, &database, unique_cluster(), 1, clock);
+    let app = TestApp::builder(Backend::Postgres)
+        .on(store, &database)
+        .clock(clock)
+        .seed(1)
+        .build()
+        .await;
     let ready = app.send(Method::GET, "/readyz", None).await;
     assert_eq!(
         ready.problem(StatusCode::SERVICE_UNAVAILABLE)["type"],
@@ -60,7 +65,7 @@ async fn metrics_count_requests_by_route_template_and_domain_events() {
     app.place("user/metrics-test").await;
     app.place("user/metrics-test").await;
     app.get("/activations/user/metrics-test").await;
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
 
     let reply = app.send(Method::GET, "/metrics", None).await;
     assert_eq!(reply.status, StatusCode::OK);
@@ -133,7 +138,10 @@ async fn a_request_past_the_timeout_gets_a_503_problem() {
     tokio::spawn(async move { axum::serve(listener, slow).await });
 
     // ...but the oracle answers every request within 200 ms.
-    let app = TestApp::with_request_timeout(Duration::from_millis(200));
+    let app = TestApp::builder(Backend::Memory)
+        .request_timeout(Duration::from_millis(200))
+        .build()
+        .await;
     app.heartbeat("a@1", json!({})).await;
     let policy = json!({ "default_strategy": "webhook",
         "options": { "webhook": { "url": url, "timeout_ms": 2000 } } });

@@ -47,6 +47,7 @@ async fn skewed_cluster(app: &TestApp) -> BTreeMap<String, u64> {
 /// cycle was due.
 async fn driven_cycle(app: &TestApp, cluster: &ClusterName) -> Option<RebalancerCycle> {
     app.oracle
+        .movers
         .drive(cluster)
         .await
         .unwrap()
@@ -234,7 +235,7 @@ async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it
         (1, 1, 500)
     );
     assert!(driven_cycle(&b, &cluster).await.is_none());
-    let a_lease = a.oracle.store().lease(&cluster).await.unwrap().unwrap();
+    let a_lease = a.store.lease(&cluster).await.unwrap().unwrap();
     complete_all(&a, &mut counts).await;
     heartbeat_counts(&a, &counts).await;
 
@@ -247,14 +248,13 @@ async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it
         (1, 2),
         "the same session, its next cycle"
     );
-    let b_lease = b.oracle.store().lease(&cluster).await.unwrap().unwrap();
+    let b_lease = b.store.lease(&cluster).await.unwrap().unwrap();
     assert_eq!(b_lease.holder, b.oracle_replica());
     assert!(b_lease.token > a_lease.token);
     // A comes back from the dead: its step does nothing, and its old token writes nothing.
     assert!(driven_cycle(&a, &cluster).await.is_none());
     let stale = a
-        .oracle
-        .store()
+        .store
         .issue_migrations(&cluster, &a_lease, &[])
         .await
         .unwrap();
@@ -295,10 +295,9 @@ async fn another_replica_takes_over_a_dead_lease_holders_session_and_finishes_it
     assert!(counts.values().all(|&n| n == 1_525), "{counts:?}");
 
     // B shuts down and gives its lease up: A takes it at once, not a lease period later.
-    b.oracle.release_leases().await;
+    b.oracle.movers.release_leases().await;
     let LeaseClaim::Held(again) = a
-        .oracle
-        .store()
+        .store
         .claim_lease(&cluster, &a.oracle_replica(), LEASE_TTL_MS)
         .await
         .unwrap()

@@ -302,7 +302,7 @@ async fn the_lease_holder_runs_rounds_on_the_timer(backend: Backend) {
     .await;
     let cluster = ClusterName::parse(&app.cluster).unwrap();
     report(&app, &[("g/a", "g/b", 10)]).await;
-    let first = app.oracle.drive(&cluster).await.unwrap().unwrap();
+    let first = app.oracle.movers.drive(&cluster).await.unwrap().unwrap();
     assert!(first.round.is_none(), "not due yet");
     let counted = app.get("/repartitioner").await;
     assert_eq!(
@@ -317,7 +317,7 @@ async fn the_lease_holder_runs_rounds_on_the_timer(backend: Backend) {
     for silo in [S1, S2] {
         app.heartbeat(silo, json!({})).await;
     }
-    let step = app.oracle.drive(&cluster).await.unwrap().unwrap();
+    let step = app.oracle.movers.drive(&cluster).await.unwrap().unwrap();
     let round = step.round.expect("due after at most two seconds");
     assert_eq!(round.moves.len(), 1);
     assert_eq!(round.migrations.len(), 1);

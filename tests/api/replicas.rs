@@ -8,7 +8,7 @@ use placement_oracle::store::{Store, StoreSettings};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
-use crate::helpers::{unique_cluster, TestApp, TestDatabase, START_MS};
+use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, START_MS};
 
 const CALLERS_PER_GRAIN: usize = 8;
 
@@ -18,10 +18,19 @@ async fn two_replicas() -> (TestApp, TestApp, PostgresStore) {
     let database = TestDatabase::create().await;
     let cluster = unique_cluster();
     let clock = ManualClock::starting_at(START_MS);
-    let replica =
-        |store, seed| TestApp::replica(store, &database, cluster.clone(), seed, clock.clone());
-    let a = replica(database.store(8, &clock).await, 1);
-    let b = replica(database.store(8, &clock).await, 2);
+    let mut replicas = Vec::new();
+    for seed in [1, 2] {
+        let replica = TestApp::builder(Backend::Postgres)
+            .on(database.store(8, &clock).await, &database)
+            .cluster(cluster.clone())
+            .clock(clock.clone())
+            .seed(seed)
+            .build()
+            .await;
+        replicas.push(replica);
+    }
+    let b = replicas.pop().unwrap();
+    let a = replicas.pop().unwrap();
     for i in 1..=5 {
         a.heartbeat(&format!("10.0.0.{i}:11111@1"), json!({})).await;
     }

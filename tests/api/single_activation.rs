@@ -40,16 +40,16 @@ async fn a_dead_silo_id_stays_refused_after_its_listing_is_forgotten(backend: Ba
     let app = TestApp::new(backend).await;
     app.heartbeat("10.0.0.9:11111@5", json!({})).await;
     app.clock.advance_ms(TTL_MS);
-    app.oracle.sweep().await.unwrap();
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
     assert_eq!(
         app.get("/silos/10.0.0.9:11111@5").await.body["status"],
         "dead"
     );
 
     app.clock.advance_ms(2 * 60 * 60 * 1000);
-    app.oracle.sweep().await.unwrap();
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
     app.get("/silos/10.0.0.9:11111@5")
         .await
         .problem(StatusCode::NOT_FOUND);
@@ -104,7 +104,10 @@ async fn a_cluster_takes_no_more_silos_and_the_oracle_no_more_clusters_than_allo
         max_silos_per_cluster: 3,
         ..StoreSettings::with_ttl(TTL_MS)
     };
-    let app = TestApp::with_settings(backend, settings).await;
+    let app = TestApp::builder(backend)
+        .store_settings(settings)
+        .build()
+        .await;
     for silo in ["a@1", "b@1", "c@1"] {
         app.heartbeat(silo, json!({})).await;
     }
@@ -172,7 +175,7 @@ async fn a_large_silo_leaves_at_once_and_its_entries_are_never_live_again(backen
         "small@1"
     );
 
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
     let left_over = app.get("/activations?silo=big@1&limit=10").await;
     assert_eq!(left_over.body["activations"], json!([]));
 }
@@ -188,7 +191,7 @@ async fn live_membership_skips_the_dead_and_silo_listings_are_paged(backend: Bac
     for i in 0..5 {
         app.heartbeat(&format!("live-{i}@1"), json!({})).await;
     }
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
 
     let explained = app
         .post("/placements", json!({ "grain": "user/x", "explain": true }))
@@ -232,24 +235,32 @@ async fn replicas_on_the_database_clock_agree_on_liveness_whatever_their_own_con
     let database = TestDatabase::create().await;
     let cluster = unique_cluster();
     let clock = ManualClock::starting_at(START_MS); // unused by stores on the database's clock
-    let replica =
-        |store, seed| TestApp::replica(store, &database, cluster.clone(), seed, clock.clone());
+    let replica = |store, seed| {
+        TestApp::builder(Backend::Postgres)
+            .on(store, &database)
+            .cluster(cluster.clone())
+            .seed(seed)
+            .clock(clock.clone())
+            .build()
+    };
     let a = replica(
         database
             .store_on_database_clock(4, StoreSettings::with_ttl(10_000))
             .await,
         1,
-    );
+    )
+    .await;
     let b = replica(
         database
             .store_on_database_clock(4, StoreSettings::with_ttl(500))
             .await,
         2,
-    );
+    )
+    .await;
     a.heartbeat("s@1", json!({})).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     a.heartbeat("s@1", json!({})).await;
-    b.oracle.sweep().await.unwrap();
+    b.oracle.members.sweep().await.unwrap();
     let seen_by_b = b.get("/silos/s@1").await.body;
     assert_eq!(seen_by_b["status"], "active", "{seen_by_b}");
     assert_eq!(seen_by_b["silo_ttl_ms"], 10_000);
@@ -321,7 +332,13 @@ async fn a_store_outage_longer_than_the_ttl_kills_no_silo_and_releases_no_grain(
     let link = FaultyLink::start(database.server_address()).await;
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store_via(link.port, &clock).await;
-    let app = TestApp::replica(store, &database, unique_cluster(), 7, clock);
+    let app = TestApp::builder(Backend::Postgres)
+        .on(store, &database)
+        .cluster(unique_cluster())
+        .seed(7)
+        .clock(clock)
+        .build()
+        .await;
     for silo in ["a@1", "b@1", "c@1"] {
         app.heartbeat(silo, json!({})).await;
     }
@@ -340,7 +357,7 @@ async fn a_store_outage_longer_than_the_ttl_kills_no_silo_and_releases_no_grain(
                 "urn:placement-oracle:problem:store-unavailable"
             );
         }
-        assert!(app.oracle.sweep().await.is_err());
+        assert!(app.oracle.members.sweep().await.is_err());
         let ready = app.send(Method::GET, "/readyz", None).await;
         ready.problem(StatusCode::SERVICE_UNAVAILABLE);
     }
@@ -348,12 +365,12 @@ async fn a_store_outage_longer_than_the_ttl_kills_no_silo_and_releases_no_grain(
     app.clock
         .advance_ms(placement_oracle::store::health::PROBE_INTERVAL_MS);
     // The first sweep after the outage finds everyone silent for three TTLs, and must not judge.
-    let mut back = app.oracle.sweep().await;
+    let mut back = app.oracle.members.sweep().await;
     while back.is_err() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         app.clock
             .advance_ms(placement_oracle::store::health::PROBE_INTERVAL_MS);
-        back = app.oracle.sweep().await;
+        back = app.oracle.members.sweep().await;
     }
     assert_eq!(back.unwrap(), 0, "no silo declared dead");
     for silo in ["a@1", "b@1", "c@1"] {
@@ -423,7 +440,13 @@ async fn heartbeats_are_hot_updates() {
     let clock = ManualClock::starting_at(START_MS);
     let store = database.store(2, &clock).await;
     let pool = store.pool().clone();
-    let app = TestApp::replica(store, &database, unique_cluster(), 1, clock);
+    let app = TestApp::builder(Backend::Postgres)
+        .on(store, &database)
+        .cluster(unique_cluster())
+        .seed(1)
+        .clock(clock)
+        .build()
+        .await;
     for _ in 0..200 {
         app.heartbeat("a@1", json!({ "cpu_usage": 12.5 })).await;
         app.clock.advance_ms(100);

@@ -290,7 +290,7 @@ async fn the_sweep_releases_a_dead_silos_activations(backend: Backend) {
     );
 
     app.clock.advance_ms(TTL_MS);
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
     let listed = app.get("/activations?silo=a@1").await;
     assert_eq!(
         listed.body["activations"],
@@ -303,7 +303,7 @@ async fn the_sweep_releases_a_dead_silos_activations(backend: Backend) {
         "listed as dead until forgotten"
     );
     assert_eq!(
-        app.oracle.sweep().await.unwrap(),
+        app.oracle.members.sweep().await.unwrap(),
         0,
         "sweeping again changes nothing"
     );
@@ -318,7 +318,7 @@ async fn a_dead_silo_must_rejoin_under_a_new_id(backend: Backend) {
         late.problem(StatusCode::CONFLICT)["type"],
         "urn:placement-oracle:problem:silo-declared-dead"
     );
-    app.oracle.sweep().await.unwrap();
+    app.oracle.members.sweep().await.unwrap();
     app.try_heartbeat("a@1", json!({}))
         .await
         .problem(StatusCode::CONFLICT);

@@ -112,7 +112,7 @@ async fn a_policy_naming_a_host_not_allowed_is_refused_and_nothing_is_stored(bac
 
 async fn an_admin_allow_list_without_loopback_refuses_a_local_endpoint(backend: Backend) {
     let hosts = WebhookHosts::parse("hook.internal:9000", false).unwrap();
-    let app = TestApp::with_webhook_hosts(backend, hosts).await;
+    let app = TestApp::builder(backend).webhook_hosts(hosts).build().await;
     let reply = app
         .put_policy(Some("*"), webhook_policy("http://127.0.0.1:9000/choose"))
         .await;
@@ -148,12 +148,11 @@ async fn a_stored_webhook_whose_host_is_not_allowed_is_not_called(backend: Backe
     let (url, calls) =
         endpoint(|q| axum::Json(json!({ "silo": last_candidate(&q) })).into_response()).await;
     let hosts = WebhookHosts::parse("hook.internal", false).unwrap();
-    let app = TestApp::with_webhook_hosts(backend, hosts).await;
+    let app = TestApp::builder(backend).webhook_hosts(hosts).build().await;
     let forbidden_before = app.metric(FORBIDDEN).await;
     let policy: Policy = serde_json::from_value(webhook_policy(&url)).unwrap();
     let cluster = ClusterName::parse(&app.cluster).unwrap();
-    app.oracle
-        .store()
+    app.store
         .put_policy(&cluster, &policy, None)
         .await
         .unwrap()

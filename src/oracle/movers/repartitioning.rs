@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{Oracle, OracleError};
+use super::{Movers, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::placement::Strategy;
@@ -62,14 +62,14 @@ pub struct RepartitionerStatus {
     pub now: Millis,
 }
 
-impl Oracle {
+impl Movers {
     /// Stores a silo's edge report for the lease holder's next count.
     pub async fn report_edges(
         &self,
         cluster: &ClusterName,
         edges: &[EdgeReport],
     ) -> Result<EdgesTaken, OracleError> {
-        let (membership, _) = self.membership_for_placement(cluster, false).await?;
+        let (membership, _) = self.views.for_placement(cluster, false).await?;
         let policy = &membership.policy;
         let fixed = fixed_types(policy);
         let mut merged: BTreeMap<(&GrainId, &GrainId), u64> = BTreeMap::new();
@@ -118,7 +118,7 @@ impl Oracle {
         &self,
         cluster: &ClusterName,
     ) -> Result<RepartitionerStatus, OracleError> {
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
         let state = self.stored_repartitioner(cluster, now, &options).await?;
@@ -143,7 +143,7 @@ impl Oracle {
         // The lease first: an unknown cluster is refused before it gets a gate.
         let lease = self.lease_for_request(cluster).await?;
         let _gate = self.mover_gate(cluster).await;
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let now = membership.liveness.now;
         let options = membership.policy.repartitioner;
         let (mut state, _) = self
@@ -273,7 +273,7 @@ impl Oracle {
         let reason = MigrationReason::Repartitioner.as_str();
         metric::migrations(reason, "issued", migrations.len() as u64);
         metric::repartitioner_round(moves.len() as u64);
-        let summary = self.with_rng_and_deltas(cluster, |rng, _| {
+        let summary = self.with_rng(|rng| {
             state.finish_round(now, &options, &graph, &plan, migrations.len() as u64, rng)
         });
         metric::repartitioner_state(cluster, state.sketch.len(), plan.remote_fraction_after);
@@ -421,9 +421,8 @@ impl Oracle {
             }
         }
         let (stored, found) = self.load_work(cluster, KIND).await?;
-        let state = stored.unwrap_or_else(|| {
-            self.with_rng_and_deltas(cluster, |rng, _| Repartitioner::new(now, options, rng))
-        });
+        let state =
+            stored.unwrap_or_else(|| self.with_rng(|rng| Repartitioner::new(now, options, rng)));
         Ok((state, found))
     }
 
@@ -439,7 +438,9 @@ impl Oracle {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         // Bounded like the membership cache: past it, the copies are dropped (and read again).
-        if states.len() >= super::MAX_CACHED_MEMBERSHIPS && !states.contains_key(cluster) {
+        if states.len() >= super::super::views::MAX_CACHED_MEMBERSHIPS
+            && !states.contains_key(cluster)
+        {
             states.clear();
         }
         states.insert(cluster.clone(), (lease.token, state.clone()));

@@ -1,7 +1,7 @@
 //! Migrations as the silos see them: a source polls what it should send away, and says whether
 //! it did (the directory entry moves to the target in the same transaction) or could not.
 
-use super::{Oracle, OracleError};
+use super::{Movers, OracleError};
 use crate::cluster::{ClusterName, SiloId};
 use crate::store::{Completion, Migration, Refusal};
 use crate::telemetry::metric;
@@ -21,7 +21,7 @@ pub struct Moved {
     pub epoch: i64,
 }
 
-impl Oracle {
+impl Movers {
     /// The open migrations whose source is `silo`, by id, after `cursor`.
     pub async fn pending_migrations(
         &self,
@@ -30,7 +30,7 @@ impl Oracle {
         cursor: Option<i64>,
         limit: u32,
     ) -> Result<MigrationListing, OracleError> {
-        self.read_membership(cluster).await?;
+        self.views.read(cluster).await?;
         let mut migrations = self
             .store
             .pending_migrations(cluster, silo, cursor, limit + 1)
@@ -53,7 +53,7 @@ impl Oracle {
         cluster: &ClusterName,
         id: i64,
     ) -> Result<Moved, OracleError> {
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let ttl_ms = membership.policy.migration_ttl_ms();
         let completion = self
             .store
@@ -64,9 +64,8 @@ impl Oracle {
             Completion::Moved { migration, epoch } => {
                 metric::migrations(migration.reason.as_str(), "completed", 1);
                 // The grain's silo changed: this replica's next decision and answer must see it.
-                self.forget_membership(cluster);
-                self.directory_cache
-                    .forget(cluster.as_str(), &migration.grain, epoch);
+                self.views.forget(cluster);
+                self.cache.forget(cluster.as_str(), &migration.grain, epoch);
                 Ok(Moved { migration, epoch })
             }
             Completion::Refused { migration, refusal } => {
@@ -86,7 +85,7 @@ impl Oracle {
         cluster: &ClusterName,
         id: i64,
     ) -> Result<Migration, OracleError> {
-        self.read_membership(cluster).await?;
+        self.views.read(cluster).await?;
         let failed = self
             .store
             .fail_migration(cluster, id)

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::Oracle;
+use super::Members;
 use crate::store::{Reaped, Reaping, StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
@@ -20,7 +20,7 @@ const RELEASE_BUDGET: Duration = Duration::from_millis(500);
 /// Most silo ids one death log line names; the rest are counted.
 const IDS_PER_LOG_LINE: usize = 5;
 
-impl Oracle {
+impl Members {
     /// One sweep. Returns how many silos it declared dead.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let reaping = self.declare_dead().await?;

@@ -1,15 +1,41 @@
-//! Heartbeats and membership.
+//! Members: heartbeats, the membership of each cluster, graceful leaves, and the sweep that
+//! declares the silent dead ([`sweeper`]).
+
+mod sweeper;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{DrainProgress, Oracle, OracleError};
+use super::batcher::Batcher;
+use super::views::ClusterViews;
+use super::OracleError;
+use crate::clock::Millis;
 use crate::cluster::silo::changes_membership;
 use crate::cluster::{
     heartbeat, lease, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord,
     SiloStatus,
 };
 use crate::store::{Departure, Store, StoreError};
+
+/// Heartbeats, membership and the sweep.
+pub struct Members {
+    store: Arc<dyn Store>,
+    views: Arc<ClusterViews>,
+    heartbeats: Batcher<(ClusterName, Heartbeat), HeartbeatAnswer>,
+    /// Deaths the sweep defers because of a store outage (see [`sweeper::DeferredDeaths`]).
+    deferred_deaths: Mutex<sweeper::DeferredDeaths>,
+}
+
+/// How far a silo's drain has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// When the drain was asked for, on the store's clock.
+    pub requested_at_ms: Millis,
+    /// Directory entries still on the silo.
+    pub remaining_activations: u64,
+    /// Of those, how many have an open migration.
+    pub migrating: u64,
+}
 use crate::telemetry::metric;
 
 /// A silo as seen at one instant: its record, and the judge that gives its status.
@@ -35,7 +61,16 @@ pub struct SiloListing {
     pub next_cursor: Option<String>,
 }
 
-impl Oracle {
+impl Members {
+    pub(super) fn new(store: Arc<dyn Store>, views: Arc<ClusterViews>) -> Self {
+        Self {
+            heartbeats: super::store_batcher(&store, heartbeat_batch),
+            store,
+            views,
+            deferred_deaths: Mutex::default(),
+        }
+    }
+
     /// Records a heartbeat, stamped with the store's clock. Heartbeats arriving together share
     /// the store's round trips (see [`heartbeat_batch`]).
     pub async fn heartbeat(
@@ -63,14 +98,14 @@ impl Oracle {
                 // Fresh load figures alone need not reach this replica's next decision at once;
                 // a new silo or a new status must.
                 if changes_membership {
-                    self.forget_membership(cluster);
+                    self.views.forget(cluster);
                 }
                 let snapshot = SiloSnapshot {
                     record,
                     liveness,
                     drain: None,
                 };
-                self.with_drain_progress(cluster, snapshot).await
+                with_drain_progress(self.store.as_ref(), cluster, snapshot).await
             }
             Err(rejection) => {
                 metric::heartbeat("rejected");
@@ -121,7 +156,7 @@ impl Oracle {
                 liveness,
                 drain: None,
             };
-            silos.push(self.with_drain_progress(cluster, snapshot).await?);
+            silos.push(with_drain_progress(self.store.as_ref(), cluster, snapshot).await?);
         }
         Ok(SiloListing { silos, next_cursor })
     }
@@ -144,7 +179,7 @@ impl Oracle {
                     liveness,
                     drain: None,
                 };
-                self.with_drain_progress(cluster, snapshot).await
+                with_drain_progress(self.store.as_ref(), cluster, snapshot).await
             }
             None => Err(OracleError::SiloNotFound {
                 cluster: cluster.to_string(),
@@ -169,7 +204,7 @@ impl Oracle {
                 cluster: cluster.to_string(),
                 silo: silo.to_string(),
             })?;
-        self.forget_membership(cluster);
+        self.views.forget(cluster);
         tracing::info!(
             %cluster, %silo,
             released = departure.released,
@@ -182,7 +217,7 @@ impl Oracle {
 
 /// A heartbeat as written.
 #[derive(Debug)]
-pub(super) struct Written {
+struct Written {
     record: SiloRecord,
     liveness: Liveness,
     /// Whether it added a silo or changed one's status (this replica's cached membership is then
@@ -193,11 +228,11 @@ pub(super) struct Written {
 }
 
 /// What one queued heartbeat comes to: written or refused, or a store failure of its own.
-pub(super) type HeartbeatAnswer = Result<Result<Written, HeartbeatRejection>, StoreError>;
+type HeartbeatAnswer = Result<Result<Written, HeartbeatRejection>, StoreError>;
 
 /// Records a batch of heartbeats in one store call (for Postgres, one read and one write for
 /// all of them); two heartbeats of one silo in the batch are applied in their order.
-pub(super) async fn heartbeat_batch(
+async fn heartbeat_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, Heartbeat)>,
 ) -> Result<Vec<HeartbeatAnswer>, StoreError> {
@@ -238,4 +273,28 @@ pub(super) async fn heartbeat_batch(
 /// paused its grains meanwhile.
 fn lease_lapsed(previous: &SiloRecord, next: &SiloRecord, liveness: &Liveness) -> bool {
     next.last_heartbeat_ms - previous.last_heartbeat_ms >= lease::lease_ms(liveness.silo_ttl_ms)
+}
+
+/// `snapshot` with its drain's progress, when the silo is drained and alive.
+pub(super) async fn with_drain_progress(
+    store: &dyn Store,
+    cluster: &ClusterName,
+    mut snapshot: SiloSnapshot,
+) -> Result<SiloSnapshot, OracleError> {
+    let Some(requested_at_ms) = snapshot.record.drained_at_ms else {
+        return Ok(snapshot);
+    };
+    if snapshot.status() == SiloStatus::Dead {
+        return Ok(snapshot);
+    }
+    let counts = store
+        .silo_counts(cluster, &snapshot.record.id)
+        .await
+        .inspect_err(|_| metric::store_error("silo_counts"))?;
+    snapshot.drain = Some(DrainProgress {
+        requested_at_ms,
+        remaining_activations: counts.activations,
+        migrating: counts.migrating,
+    });
+    Ok(snapshot)
 }

@@ -2,7 +2,7 @@
 //! (on their timers, or when asked), turn a cycle's moves into migrations of concrete grains, and
 //! keep its state in the store under the lease, so another replica carries on after a takeover.
 
-use super::{Oracle, OracleError};
+use super::{Movers, OracleError};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::policy::Immovable;
@@ -40,13 +40,13 @@ pub struct RebalancerStatus {
     pub options: RebalancerOptions,
 }
 
-impl Oracle {
+impl Movers {
     /// The rebalancer's state (a fresh one if it never ran) and the cluster's lease.
     pub async fn rebalancer_status(
         &self,
         cluster: &ClusterName,
     ) -> Result<RebalancerStatus, OracleError> {
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let now = membership.liveness.now;
         let options = membership.policy.rebalancer;
         let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
@@ -165,7 +165,7 @@ impl Oracle {
         // The lease first: an unknown cluster is refused before it gets a gate.
         let lease = self.lease_for_request(cluster).await?;
         let gate = self.mover_gate(cluster).await;
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;
         Ok(Request {
@@ -300,7 +300,7 @@ impl Oracle {
     }
 }
 
-impl Oracle {
+impl Movers {
     /// What a cycle sees: the active silos that report an activation count, with their smoothed
     /// memory, and how many silos are active. Open migrations count as done (a source's count
     /// less what it is still to send, a target's plus what it is to receive), so a cycle that

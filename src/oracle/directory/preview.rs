@@ -5,8 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::directory::Round;
-use super::{Oracle, OracleError, PlaceRequest};
+use super::{Directory, OracleError, PlaceRequest, Round};
 use crate::cluster::ClusterName;
 use crate::placement::{Explanation, Strategy};
 use crate::store::Activation;
@@ -23,7 +22,7 @@ pub struct Preview {
     pub explanation: Explanation,
 }
 
-impl Oracle {
+impl Directory {
     /// Decides `request` as a placement would, with its explanation: on a recent membership read,
     /// and on a fresh one if nothing fitted. A `webhook` type is decided by its fallback: a
     /// preview never calls the operator's endpoint. Registers nothing, and a tallied decision is
@@ -40,7 +39,7 @@ impl Oracle {
         let grain = &requests[0].grain;
         let mut fresh = false;
         loop {
-            let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
+            let (membership, cached) = self.views.for_placement(cluster, fresh).await?;
             let strategy = membership
                 .policy
                 .resolve(grain.grain_type(), requests[0].strategy)

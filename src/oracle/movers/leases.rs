@@ -2,7 +2,7 @@
 //! takeovers, explaining a lost one, the per-cluster gate of the movers, the movers' state stored
 //! under the lease, and giving every lease up at shutdown.
 
-use super::{Oracle, OracleError};
+use super::{Movers, OracleError};
 use crate::cluster::ClusterName;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::store::{Lease, LeaseClaim};
 use crate::telemetry::metric;
 
-impl Oracle {
+impl Movers {
     /// The lease for an operator's request: taken or renewed here, or an error naming the
     /// replica that holds it.
     pub(super) async fn lease_for_request(

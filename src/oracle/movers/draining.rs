@@ -6,7 +6,7 @@
 //! movable grain has left, so migrations that fail or expire are issued again, to another target if
 //! need be.
 
-use super::{Oracle, OracleError, SiloSnapshot};
+use super::{Movers, OracleError, SiloSnapshot};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloRecord, SiloStatus};
 use crate::drain::{self, Arriving, Departing, Stuck};
@@ -22,17 +22,6 @@ const DRAIN_BATCH: u64 = 2_000;
 /// Rounds of one step per silo: after each, grain types with activations no silo can take are set
 /// aside, so they do not hide the movable ones behind them (they are tried again next step).
 const DRAIN_ROUNDS: usize = 3;
-
-/// How far a silo's drain has got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DrainProgress {
-    /// When the drain was asked for, on the store's clock.
-    pub requested_at_ms: Millis,
-    /// Directory entries still on the silo.
-    pub remaining_activations: u64,
-    /// Of those, how many have an open migration.
-    pub migrating: u64,
-}
 
 /// What one drain step issued for one silo.
 #[derive(Debug, Clone)]
@@ -54,7 +43,7 @@ pub struct Drained {
     pub planner: String,
 }
 
-impl Oracle {
+impl Movers {
     /// Drains a silo: marks it (once; asking again re-plans), then, when this replica holds or can
     /// take the cluster's lease, issues the first migrations at once.
     pub async fn drain(
@@ -79,7 +68,7 @@ impl Oracle {
         if marked.status() == SiloStatus::Dead {
             return Err(OracleError::SiloDead(silo.to_string()));
         }
-        self.forget_membership(cluster);
+        self.views.forget(cluster);
         let (issued, planner) = match self
             .store
             .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
@@ -88,7 +77,7 @@ impl Oracle {
             LeaseClaim::Held(lease) => {
                 self.note_lease(cluster, &lease);
                 let _gate = self.mover_gate(cluster).await;
-                let membership = self.read_membership(cluster).await?;
+                let membership = self.views.read(cluster).await?;
                 let open = self.store.open_migration_counts(cluster).await?;
                 let issued = self
                     .drain_one(cluster, &lease, &membership, &marked.record, &open)
@@ -103,7 +92,8 @@ impl Oracle {
             issued = issued.as_ref().map(|i| i.migrations.len()),
             "silo drained"
         );
-        let silo = self.with_drain_progress(cluster, marked).await?;
+        let silo = super::super::members::with_drain_progress(self.store.as_ref(), cluster, marked)
+            .await?;
         Ok(Drained {
             silo,
             issued,
@@ -197,7 +187,7 @@ impl Oracle {
             if departing.is_empty() {
                 break;
             }
-            let plan = self.with_rng_and_deltas(cluster, |rng, _| {
+            let plan = self.with_rng(|rng| {
                 drain::plan(
                     &view,
                     &membership.policy,
@@ -258,30 +248,5 @@ impl Oracle {
             same
         });
         Ok(issued)
-    }
-
-    /// The snapshot with its drain's progress, when the silo is drained and not dead.
-    pub(super) async fn with_drain_progress(
-        &self,
-        cluster: &ClusterName,
-        mut snapshot: SiloSnapshot,
-    ) -> Result<SiloSnapshot, OracleError> {
-        let Some(requested_at_ms) = snapshot.record.drained_at_ms else {
-            return Ok(snapshot);
-        };
-        if snapshot.status() == SiloStatus::Dead {
-            return Ok(snapshot);
-        }
-        let counts = self
-            .store
-            .silo_counts(cluster, &snapshot.record.id)
-            .await
-            .inspect_err(|_| metric::store_error("silo_counts"))?;
-        snapshot.drain = Some(DrainProgress {
-            requested_at_ms,
-            remaining_activations: counts.activations,
-            migrating: counts.migrating,
-        });
-        Ok(snapshot)
     }
 }

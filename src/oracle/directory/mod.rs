@@ -4,11 +4,27 @@
 //! domain's ([`crate::placement::place`]); the single-activation guarantee is the store's: when two
 //! callers race, the store keeps the first registration and hands it to the other.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+mod cache;
+mod distribution;
+mod preview;
+mod webhook;
 
-use super::{Oracle, OracleError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rand_chacha::ChaCha8Rng;
+
+pub use cache::{CacheSettings, DirectoryCache};
+pub use distribution::{Distribution, Flow, SiloShare};
+pub use preview::Preview;
+pub use webhook::MAX_ANSWER_BYTES as MAX_WEBHOOK_ANSWER_BYTES;
+
+use super::batcher::Batcher;
+use super::views::ClusterViews;
+use super::{lock_rng, store_batcher, OracleError, SharedRng};
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
+use crate::placement::webhook_hosts::WebhookHosts;
+use crate::placement::LocalDeltas;
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
 use crate::policy::Policy;
 use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
@@ -87,7 +103,7 @@ impl Placement {
 }
 
 /// What one round of decisions reads.
-pub(super) struct Round<'a> {
+struct Round<'a> {
     pub view: &'a ClusterView,
     pub policy: &'a Policy,
     pub requests: &'a [PlaceRequest],
@@ -104,7 +120,93 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
-impl Oracle {
+/// The directory's use cases and their state.
+pub struct Directory {
+    store: Arc<dyn Store>,
+    views: Arc<ClusterViews>,
+    rng: SharedRng,
+    /// What this replica placed on each silo since its last heartbeat, per cluster
+    /// (`activation_count` adds it to the silo's reported figures).
+    deltas: Mutex<HashMap<ClusterName, LocalDeltas>>,
+    lookups: Batcher<(ClusterName, GrainId), Option<Located>>,
+    registrations: Batcher<(ClusterName, NewActivation), Registration>,
+    proposals: Batcher<(ClusterName, Proposal), Registration>,
+    /// Recent answers for placements of known grains (see [`cache`]); the movers forget a grain's
+    /// when it moves.
+    cache: Arc<DirectoryCache>,
+    webhooks: Webhooks,
+}
+
+/// What the `webhook` strategy calls with.
+struct Webhooks {
+    /// Pools connections to the operators' endpoints. Follows no redirects: a redirect would lead
+    /// to a host the allow-list never judged.
+    http: reqwest::Client,
+    /// The hosts webhook URLs may name: checked again before every call.
+    hosts: WebhookHosts,
+}
+
+impl Directory {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        views: Arc<ClusterViews>,
+        rng: SharedRng,
+        cache: Arc<DirectoryCache>,
+        webhook_hosts: WebhookHosts,
+    ) -> Self {
+        Self {
+            lookups: store_batcher(&store, lookup_batch),
+            registrations: store_batcher(&store, register_batch),
+            proposals: store_batcher(&store, propose_batch),
+            store,
+            views,
+            rng,
+            deltas: Mutex::default(),
+            cache,
+            webhooks: Webhooks {
+                http: webhook::client(),
+                hosts: webhook_hosts,
+            },
+        }
+    }
+
+    /// Takes back tallied decisions that did not become placements (one per silo id listed): the
+    /// grain existed, or its registration failed. Decisions are tallied when made, so placements
+    /// still in flight already count for the decisions made meanwhile.
+    fn untally(
+        &self,
+        cluster: &ClusterName,
+        view: &crate::placement::ClusterView,
+        silos: &[SiloId],
+    ) {
+        if silos.is_empty() {
+            return;
+        }
+        self.with_rng_and_deltas(cluster, |_, deltas| {
+            for silo in silos {
+                if let Some(record) = view.find(silo) {
+                    deltas.remove(record, 1);
+                }
+            }
+        });
+    }
+
+    /// Runs `f` with the RNG and the cluster's placement tally, both held for its duration (always
+    /// locked in this order). Tallies exist only for clusters that exist (a decision needs a
+    /// membership read), and [`LocalDeltas::retain_silos`] keeps each to the silos of a view.
+    fn with_rng_and_deltas<T>(
+        &self,
+        cluster: &ClusterName,
+        f: impl FnOnce(&mut ChaCha8Rng, &mut LocalDeltas) -> T,
+    ) -> T {
+        let mut rng = lock_rng(&self.rng);
+        let mut deltas = self
+            .deltas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut rng, deltas.entry(cluster.clone()).or_default())
+    }
+
     /// Where `request.grain` lives: its live activation, or a new placement registered now.
     pub async fn place(
         &self,
@@ -129,7 +231,7 @@ impl Oracle {
     ) -> Result<Vec<Result<Placement, OracleError>>, OracleError> {
         // The policy decides each grain's strategy, and stateless workers skip the directory, so
         // the (usually cached) membership read with its policy comes first.
-        let (membership, _) = self.membership_for_placement(cluster, false).await?;
+        let (membership, _) = self.views.for_placement(cluster, false).await?;
         let strategies: Vec<Strategy> = requests
             .iter()
             .map(|r| {
@@ -157,7 +259,7 @@ impl Oracle {
                         false
                     }
                     None => {
-                        if self.directory_cache.enabled() {
+                        if self.cache.enabled() {
                             metric::directory_cache("miss");
                         }
                         true
@@ -259,7 +361,7 @@ impl Oracle {
             // because a chosen silo vanished or nothing fitted, so it reads afresh: a grain is
             // declared unplaceable only on a fresh read.
             let fresh = round > 0 || stale_view;
-            let (membership, cached) = self.membership_for_placement(cluster, fresh).await?;
+            let (membership, cached) = self.views.for_placement(cluster, fresh).await?;
             let view = membership.view();
 
             let policy = &membership.policy;
@@ -391,7 +493,7 @@ impl Oracle {
 
     /// Decides the `pending` requests against `view`, one after the other, each seeing the tally of
     /// the ones before (so a batch does not pile onto one silo).
-    pub(super) fn decide(
+    fn decide(
         &self,
         cluster: &ClusterName,
         round: &Round<'_>,
@@ -446,10 +548,8 @@ impl Oracle {
             .map(|located| located.activation);
         // Always the store's answer; this replica's cached one follows it.
         match &found {
-            Some(activation) => self.directory_cache.put(cluster.as_str(), activation),
-            None => self
-                .directory_cache
-                .forget_answer(cluster.as_str(), grain.as_str()),
+            Some(activation) => self.cache.put(cluster.as_str(), activation),
+            None => self.cache.forget_answer(cluster.as_str(), grain.as_str()),
         }
         found.ok_or_else(|| OracleError::ActivationNotFound(grain.to_string()))
     }
@@ -462,7 +562,7 @@ impl Oracle {
         outcome: Outcome,
         explanation: Option<Explanation>,
     ) -> Placement {
-        self.directory_cache.put(cluster.as_str(), &activation);
+        self.cache.put(cluster.as_str(), &activation);
         Placement::registered(activation, outcome, explanation)
     }
 
@@ -475,9 +575,7 @@ impl Oracle {
         view: &ClusterView,
         request: &PlaceRequest,
     ) -> Option<Activation> {
-        let activation = self
-            .directory_cache
-            .get(cluster.as_str(), request.grain.as_str())?;
+        let activation = self.cache.get(cluster.as_str(), request.grain.as_str())?;
         if request
             .requesting_silo
             .as_ref()
@@ -513,7 +611,7 @@ impl Oracle {
         // Also after a failure: the store may have removed it before the failure reached us, and
         // barring epoch `epoch` and older ones can only spare a stale answer.
         if !matches!(removed, Ok(false)) {
-            self.directory_cache
+            self.cache
                 .forget(cluster.as_str(), grain.as_str(), epoch + 1);
         }
         if removed.inspect_err(|_| metric::store_error("deactivate"))? {
@@ -562,7 +660,7 @@ fn by_cluster<T>(calls: &[(ClusterName, T)]) -> HashMap<&ClusterName, Vec<usize>
 }
 
 /// One batched lookup: a store call per cluster in the batch.
-pub(super) async fn lookup_batch(
+async fn lookup_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, GrainId)>,
 ) -> Result<Vec<Option<Located>>, StoreError> {
@@ -585,7 +683,7 @@ pub(super) async fn lookup_batch(
 }
 
 /// One batched registration: a store call per cluster.
-pub(super) async fn register_batch(
+async fn register_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, NewActivation)>,
 ) -> Result<Vec<Registration>, StoreError> {
@@ -602,7 +700,7 @@ pub(super) async fn register_batch(
 }
 
 /// One batched lookup-or-register: a store call per cluster.
-pub(super) async fn propose_batch(
+async fn propose_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, Proposal)>,
 ) -> Result<Vec<Registration>, StoreError> {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Oracle, OracleError};
+use super::{Directory, OracleError};
 use crate::cluster::ClusterName;
 use crate::telemetry::metric;
 
@@ -80,10 +80,10 @@ impl Distribution {
     }
 }
 
-impl Oracle {
+impl Directory {
     /// The cluster's directory spread over its silos, with the migrations under way.
     pub async fn distribution(&self, cluster: &ClusterName) -> Result<Distribution, OracleError> {
-        let membership = self.read_membership(cluster).await?;
+        let membership = self.views.read(cluster).await?;
         let activations = self
             .store
             .activation_counts(cluster)

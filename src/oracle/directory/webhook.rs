@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use super::directory::PlaceRequest;
-use super::Oracle;
+use super::{Directory, PlaceRequest};
 use crate::cluster::{ClusterName, LoadReport, SiloId};
 use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{self, ClusterView, PlacementInput, Strategy};
@@ -66,7 +65,7 @@ struct Answer {
     silo: String,
 }
 
-impl Oracle {
+impl Directory {
     /// Asks the endpoints of every pending `webhook` request (concurrently) and returns the valid
     /// choices by request position. Requests whose hint already decides, or that have no
     /// candidates, are not sent.
@@ -112,7 +111,7 @@ impl Oracle {
             if candidates.is_empty() || hinted {
                 continue;
             }
-            let Some(target) = permitted(&self.webhook_hosts, &url, request.grain.grain_type())
+            let Some(target) = permitted(&self.webhooks.hosts, &url, request.grain.grain_type())
             else {
                 continue;
             };
@@ -136,7 +135,7 @@ impl Oracle {
                     .collect(),
             };
             let timeout = Duration::from_millis(u64::from(resolved.options.webhook.timeout_ms));
-            let http = self.http.clone();
+            let http = self.webhooks.http.clone();
             calls.spawn(async move {
                 let started = Instant::now();
                 let answer = ask(&http, target.url, &body, timeout).await;
