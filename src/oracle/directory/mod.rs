@@ -6,6 +6,7 @@
 
 mod cache;
 mod distribution;
+mod placing;
 mod preview;
 mod webhook;
 
@@ -29,10 +30,6 @@ use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy}
 use crate::policy::Policy;
 use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
 use crate::telemetry::metric;
-
-/// How many times a batch is decided again after its chosen silos vanished between the decision
-/// and the registration (a silo dying or leaving in that instant).
-const MAX_PLACEMENT_ROUNDS: usize = 3;
 
 /// One grain to place.
 #[derive(Debug, Clone)]
@@ -102,14 +99,13 @@ impl Placement {
     }
 }
 
-/// What one round of decisions reads.
-struct Round<'a> {
-    pub view: &'a ClusterView,
-    pub policy: &'a Policy,
-    pub requests: &'a [PlaceRequest],
-    pub strategies: &'a [Strategy],
-    /// The operators' choices for `webhook` requests, by request position.
-    pub webhook_choices: &'a HashMap<usize, SiloId>,
+/// One grain to decide: its request, the strategy its policy gives it, and the silo its webhook
+/// chose, if it was asked and answered.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    request: &'a PlaceRequest,
+    strategy: Strategy,
+    webhook_choice: Option<&'a SiloId>,
 }
 
 /// One page of a silo's activations.
@@ -207,312 +203,21 @@ impl Directory {
         f(&mut rng, deltas.entry(cluster.clone()).or_default())
     }
 
-    /// Where `request.grain` lives: its live activation, or a new placement registered now.
-    pub async fn place(
-        &self,
-        cluster: &ClusterName,
-        request: PlaceRequest,
-    ) -> Result<Placement, OracleError> {
-        let mut results = self
-            .place_many(cluster, std::slice::from_ref(&request))
-            .await?;
-        results.pop().expect("one result per request")
-    }
-
-    /// Places many grains. Lookups and registrations go through the batchers, so a call costs a
-    /// lookup and a registration however many grains it carries (more only when races or dying
-    /// silos intervene), and concurrent calls share them. Grains must be distinct. Each grain gets
-    /// its own result; a failure of the whole cluster (unknown, store down) fails the call.
-    /// Stateless workers skip the directory: they are decided afresh on every call.
-    pub async fn place_many(
-        &self,
-        cluster: &ClusterName,
-        requests: &[PlaceRequest],
-    ) -> Result<Vec<Result<Placement, OracleError>>, OracleError> {
-        // The policy decides each grain's strategy, and stateless workers skip the directory, so
-        // the (usually cached) membership read with its policy comes first.
-        let (membership, _) = self.views.for_placement(cluster, false).await?;
-        let strategies: Vec<Strategy> = requests
-            .iter()
-            .map(|r| {
-                membership
-                    .policy
-                    .resolve(r.grain.grain_type(), r.strategy)
-                    .strategy
-            })
-            .collect();
-        let view = membership.view();
-        let mut results: Vec<Option<Result<Placement, OracleError>>> =
-            (0..requests.len()).map(|_| None).collect();
-        // Grains this replica answered for lately, on silos still alive, need no store call.
-        let registered: Vec<usize> = (0..requests.len())
-            .filter(|&i| strategies[i].registers())
-            .filter(
-                |&i| match self.cached_answer(cluster, &view, &requests[i]) {
-                    Some(activation) => {
-                        metric::directory_cache("hit");
-                        results[i] = Some(Ok(Placement::registered(
-                            activation,
-                            Outcome::Existing,
-                            None,
-                        )));
-                        false
-                    }
-                    None => {
-                        if self.cache.enabled() {
-                            metric::directory_cache("miss");
-                        }
-                        true
-                    }
-                },
-            )
-            .collect();
-
-        // One batched store call answers every registered grain: its entry if it has one, else
-        // the registration of a silo decided now. Deciding before knowing costs a pure decision
-        // (about a microsecond; tallied, and taken back below) for grains that exist, and spares
-        // new grains a second trip through the oracle. Webhook grains only look up here: their
-        // endpoint is asked only for grains that need placing.
-        let proposing: Vec<usize> = registered
-            .iter()
-            .copied()
-            .filter(|&i| strategies[i] != Strategy::Webhook)
-            .collect();
-        let no_webhook_choices = HashMap::new();
-        let round = Round {
-            view: &view,
-            policy: &membership.policy,
-            requests,
-            strategies: &strategies,
-            webhook_choices: &no_webhook_choices,
-        };
-        let mut tentative: HashMap<usize, placement::Decision> = proposing
-            .iter()
-            .copied()
-            .zip(self.decide(cluster, &round, &proposing))
-            .filter_map(|(i, decided)| decided.ok().map(|decision| (i, decision)))
-            .collect();
-        let outcomes = self
-            .proposals
-            .call_many(
-                registered
-                    .iter()
-                    .map(|&i| {
-                        let proposal = Proposal {
-                            grain: requests[i].grain.clone(),
-                            silo: tentative.get(&i).map(|d| d.silo.clone()),
-                            strategy: strategies[i].as_str(),
-                        };
-                        (cluster.clone(), proposal)
-                    })
-                    .collect(),
-            )
-            .await?;
-
-        let mut stale_epochs: HashMap<usize, i64> = HashMap::new();
-        let mut not_placed = Vec::new();
-        // A proposed silo that turned out unavailable means the membership read was stale: decide
-        // again on a fresh one rather than repeat the same choice.
-        let mut stale_view = false;
-        for (&i, outcome) in registered.iter().zip(outcomes) {
-            if !matches!(outcome, Registration::Registered(_)) {
-                if let Some(decision) = tentative.get(&i) {
-                    stale_view |= matches!(outcome, Registration::SiloUnavailable);
-                    if decision.tallied {
-                        not_placed.push(decision.silo.clone());
-                    }
-                }
-            }
-            match outcome {
-                Registration::Existing(located) if located.live => {
-                    results[i] = Some(Ok(self.answered(
-                        cluster,
-                        located.activation,
-                        Outcome::Existing,
-                        None,
-                    )))
-                }
-                Registration::Existing(located) => {
-                    stale_epochs.insert(i, located.activation.epoch);
-                }
-                Registration::Registered(activation) => {
-                    let explanation = tentative.remove(&i).and_then(|d| d.explanation);
-                    results[i] = Some(Ok(self.answered(
-                        cluster,
-                        activation,
-                        Outcome::Placed,
-                        explanation,
-                    )));
-                }
-                Registration::SiloUnavailable => {}
-            }
-        }
-        self.untally(cluster, &view, &not_placed);
-
-        let mut asked_webhook = std::collections::HashSet::new();
-        for round in 0..MAX_PLACEMENT_ROUNDS {
-            let pending: Vec<usize> = (0..requests.len())
-                .filter(|&i| results[i].is_none())
-                .collect();
-            if pending.is_empty() {
-                break;
-            }
-            // The first round may decide on a recent membership read. A later round exists only
-            // because a chosen silo vanished or nothing fitted, so it reads afresh: a grain is
-            // declared unplaceable only on a fresh read.
-            let fresh = round > 0 || stale_view;
-            let (membership, cached) = self.views.for_placement(cluster, fresh).await?;
-            let view = membership.view();
-
-            let policy = &membership.policy;
-            // Each grain's endpoint is asked once per call (its timeout counts once against the
-            // request's); a later round decides by the fallback.
-            let unasked: Vec<usize> = pending
-                .iter()
-                .copied()
-                .filter(|i| asked_webhook.insert(*i))
-                .collect();
-            let webhook_choices = self
-                .ask_webhooks(cluster, &view, policy, requests, &strategies, &unasked)
-                .await;
-            let decisions = self.decide(
-                cluster,
-                &Round {
-                    view: &view,
-                    policy,
-                    requests,
-                    strategies: &strategies,
-                    webhook_choices: &webhook_choices,
-                },
-                &pending,
-            );
-            let mut attempts = Vec::with_capacity(pending.len());
-            let mut explanations = HashMap::new();
-            for (i, decided) in pending.into_iter().zip(decisions) {
-                let request = &requests[i];
-                let strategy = strategies[i];
-                match decided {
-                    Ok(decision) if !strategy.registers() => {
-                        metric::placement(strategy.as_str(), Outcome::Stateless.as_str());
-                        results[i] = Some(Ok(Placement {
-                            grain: request.grain.to_string(),
-                            silo: decision.silo.to_string(),
-                            address: decision.address,
-                            strategy: strategy.as_str().to_owned(),
-                            epoch: None,
-                            outcome: Outcome::Stateless,
-                            explanation: decision.explanation,
-                            max_local: Some(
-                                policy
-                                    .resolve(request.grain.grain_type(), Some(strategy))
-                                    .options
-                                    .stateless_worker
-                                    .max_local,
-                            ),
-                        }));
-                    }
-                    Ok(decision) => {
-                        if let Some(explanation) = decision.explanation {
-                            explanations.insert(i, explanation);
-                        }
-                        attempts.push((
-                            i,
-                            decision.tallied,
-                            NewActivation {
-                                grain: request.grain.clone(),
-                                silo: decision.silo,
-                                strategy: strategy.as_str(),
-                                replaces_epoch: stale_epochs.get(&i).copied(),
-                            },
-                        ));
-                    }
-                    Err(_) if cached => {}
-                    Err(error) => {
-                        metric::placement(strategy.as_str(), "unplaceable");
-                        results[i] = Some(Err(error.into()));
-                    }
-                }
-            }
-            if attempts.is_empty() {
-                continue;
-            }
-
-            let registrations = self
-                .registrations
-                .call_many(
-                    attempts
-                        .iter()
-                        .map(|(_, _, entry)| (cluster.clone(), entry.clone()))
-                        .collect(),
-                )
-                .await?;
-            let not_placed: Vec<SiloId> = attempts
-                .iter()
-                .zip(&registrations)
-                .filter(|((_, tallied, _), registration)| {
-                    *tallied && !matches!(registration, Registration::Registered(_))
-                })
-                .map(|((_, _, entry), _)| entry.silo.clone())
-                .collect();
-            self.untally(cluster, &view, &not_placed);
-            for ((i, _, _), registration) in attempts.into_iter().zip(registrations) {
-                match registration {
-                    Registration::Registered(activation) => {
-                        results[i] = Some(Ok(self.answered(
-                            cluster,
-                            activation,
-                            Outcome::Placed,
-                            explanations.remove(&i),
-                        )));
-                    }
-                    Registration::Existing(located) if located.live => {
-                        results[i] = Some(Ok(self.answered(
-                            cluster,
-                            located.activation,
-                            Outcome::Existing,
-                            None,
-                        )));
-                    }
-                    Registration::Existing(located) => {
-                        stale_epochs.insert(i, located.activation.epoch);
-                    }
-                    Registration::SiloUnavailable => {}
-                }
-            }
-        }
-
-        Ok(results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or(Err(OracleError::Store(StoreError::Contended(
-                    MAX_PLACEMENT_ROUNDS as u32,
-                ))))
-            })
-            .collect())
-    }
-
-    /// Decides the `pending` requests against `view`, one after the other, each seeing the tally of
-    /// the ones before (so a batch does not pile onto one silo).
+    /// Decides `asks` against `view`, one after the other, each seeing the tally of the ones
+    /// before (so a batch does not pile onto one silo).
     fn decide(
         &self,
         cluster: &ClusterName,
-        round: &Round<'_>,
-        pending: &[usize],
+        view: &ClusterView,
+        policy: &Policy,
+        asks: &[Ask<'_>],
     ) -> Vec<Result<placement::Decision, placement::PlacementError>> {
-        let Round {
-            view,
-            policy,
-            requests,
-            strategies,
-            webhook_choices,
-        } = round;
         self.with_rng_and_deltas(cluster, |rng, deltas| {
             deltas.retain_silos(view);
-            pending
-                .iter()
-                .map(|&i| {
-                    let request = &requests[i];
-                    let resolved = policy.resolve(request.grain.grain_type(), Some(strategies[i]));
+            asks.iter()
+                .map(|ask| {
+                    let request = ask.request;
+                    let resolved = policy.resolve(request.grain.grain_type(), Some(ask.strategy));
                     let decision = placement::Request {
                         input: PlacementInput {
                             grain: &request.grain,
@@ -522,7 +227,7 @@ impl Directory {
                         strategy: resolved.strategy,
                         options: resolved.options,
                         filters: resolved.filters,
-                        chosen_by_webhook: webhook_choices.get(&i),
+                        chosen_by_webhook: ask.webhook_choice,
                         explain: request.explain,
                     };
                     let started = std::time::Instant::now();

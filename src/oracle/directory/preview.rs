@@ -3,9 +3,7 @@
 //! changes neither the directory nor the tallies later decisions read, and it calls nothing
 //! outside the oracle, so any key of the cluster may ask.
 
-use std::collections::HashMap;
-
-use super::{Directory, OracleError, PlaceRequest, Round};
+use super::{Ask, Directory, OracleError, PlaceRequest};
 use crate::cluster::ClusterName;
 use crate::placement::{Explanation, Strategy};
 use crate::store::Activation;
@@ -45,16 +43,13 @@ impl Directory {
                 .resolve(grain.grain_type(), requests[0].strategy)
                 .strategy;
             let view = membership.view();
-            let strategies = [strategy];
-            let round = Round {
-                view: &view,
-                policy: &membership.policy,
-                requests: &requests,
-                strategies: &strategies,
-                webhook_choices: &HashMap::new(),
+            let ask = Ask {
+                request: &requests[0],
+                strategy,
+                webhook_choice: None,
             };
             let decided = self
-                .decide(cluster, &round, &[0])
+                .decide(cluster, &view, &membership.policy, &[ask])
                 .pop()
                 .expect("one decision per request");
             let decision = match decided {

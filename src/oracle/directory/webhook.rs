@@ -10,13 +10,13 @@
 //! the list or come from a replica configured differently), redirects are not followed (they
 //! would lead past the list), and at most [`MAX_ANSWER_BYTES`] of an answer are read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use super::{Directory, PlaceRequest};
+use super::{Ask, Directory};
 use crate::cluster::{ClusterName, LoadReport, SiloId};
 use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{self, ClusterView, PlacementInput, Strategy};
@@ -74,16 +74,15 @@ impl Directory {
         cluster: &ClusterName,
         view: &ClusterView,
         policy: &Policy,
-        requests: &[PlaceRequest],
-        strategies: &[Strategy],
-        pending: &[usize],
-    ) -> HashMap<usize, SiloId> {
+        asks: &[Ask<'_>],
+    ) -> Vec<Option<SiloId>> {
         let mut calls = JoinSet::new();
-        for &i in pending
+        for (i, grain) in asks
             .iter()
-            .filter(|&&i| strategies[i] == Strategy::Webhook)
+            .enumerate()
+            .filter(|(_, grain)| grain.strategy == Strategy::Webhook)
         {
-            let request = &requests[i];
+            let request = grain.request;
             let resolved = policy.resolve(request.grain.grain_type(), Some(Strategy::Webhook));
             let Some(url) = resolved.options.webhook.url.clone() else {
                 metric::webhook_call("unconfigured", Duration::ZERO);
@@ -152,10 +151,10 @@ impl Directory {
                 (i, choice)
             });
         }
-        let mut choices = HashMap::new();
+        let mut choices = vec![None; asks.len()];
         while let Some(done) = calls.join_next().await {
             if let Ok((i, Some(silo))) = done {
-                choices.insert(i, silo);
+                choices[i] = Some(silo);
             }
         }
         choices
