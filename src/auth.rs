@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 use utoipa::ToSchema;
 
 use crate::cluster::ClusterName;
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// What a cluster key may do besides reading its cluster.
 #[derive(

@@ -8,9 +8,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::rate_limit::Rates;
+use crate::secret::Secret;
+use crate::telemetry::LogFormat;
+use crate::validation::Bound;
 
 /// The placement oracle: where grains should live, which should move, which node a client should use.
 #[derive(Debug, Parser)]
@@ -30,13 +33,6 @@ pub enum Command {
     Migrate,
     /// Print the OpenAPI document and exit.
     Openapi,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
 }
 
 /// Everything the service can be told at start-up.
@@ -276,69 +272,121 @@ const MAX_RATE_PER_SECOND: u32 = 100_000_000;
 
 impl Config {
     /// Every problem with the configuration, one line each, naming the variable.
+    /// Every numeric setting, its value, its bound and a note for the message — each bound
+    /// declared once (the silo TTL's is the policy's own).
+    fn numbers(&self) -> Vec<(&'static str, f64, Bound, &'static str)> {
+        let rate = Bound::new(0.0, MAX_RATE_PER_SECOND as f64);
+        vec![
+            (
+                "ORACLE_SILO_TTL_MS",
+                self.silo_ttl_ms as f64,
+                crate::policy::bounds::SILO_TTL_MS,
+                " (0.1 s to one day)",
+            ),
+            (
+                "ORACLE_DB_POOL_SIZE",
+                f64::from(self.db_pool_size),
+                Bound::new(1.0, 1_000.0),
+                "",
+            ),
+            (
+                "ORACLE_REQUEST_TIMEOUT_MS",
+                self.request_timeout_ms as f64,
+                Bound::new(1.0, 600_000.0),
+                " (ten minutes)",
+            ),
+            (
+                "ORACLE_DB_ACQUIRE_TIMEOUT_MS",
+                self.db_acquire_timeout_ms as f64,
+                Bound::new(10.0, 60_000.0),
+                "",
+            ),
+            (
+                "ORACLE_MAX_CLUSTERS",
+                self.max_clusters as f64,
+                Bound::new(1.0, 1_000_000.0),
+                "",
+            ),
+            (
+                "ORACLE_MAX_SILOS_PER_CLUSTER",
+                self.max_silos_per_cluster as f64,
+                Bound::new(1.0, 100_000.0),
+                "",
+            ),
+            (
+                "ORACLE_BODY_LIMIT_BYTES",
+                self.body_limit_bytes as f64,
+                Bound::new(1_024.0, 64.0 * 1_048_576.0),
+                " (64 MiB)",
+            ),
+            (
+                "ORACLE_MAX_CONCURRENT_REQUESTS",
+                self.max_concurrent_requests as f64,
+                Bound::new(1.0, 1_000_000.0),
+                "",
+            ),
+            (
+                "ORACLE_RATE_LIMIT_HEARTBEATS",
+                f64::from(self.rate_limit_heartbeats),
+                rate,
+                " per second (0: unlimited)",
+            ),
+            (
+                "ORACLE_RATE_LIMIT_PLACEMENTS",
+                f64::from(self.rate_limit_placements),
+                rate,
+                " per second (0: unlimited)",
+            ),
+            (
+                "ORACLE_RATE_LIMIT_EDGES",
+                f64::from(self.rate_limit_edges),
+                rate,
+                " per second (0: unlimited)",
+            ),
+            (
+                "ORACLE_LEASE_TTL_MS",
+                self.lease_ttl_ms as f64,
+                Bound::new(1_000.0, 600_000.0),
+                " (ten minutes)",
+            ),
+            (
+                "ORACLE_DIRECTORY_CACHE_TTL_MS",
+                self.directory_cache_ttl_ms as f64,
+                Bound::new(0.0, 3_600_000.0),
+                " (0: off; an hour)",
+            ),
+            (
+                "ORACLE_DIRECTORY_CACHE_ENTRIES",
+                self.directory_cache_entries as f64,
+                Bound::new(0.0, 100_000_000.0),
+                " (0: off)",
+            ),
+            (
+                "ORACLE_KEY_CACHE_TTL_MS",
+                self.key_cache_ttl_ms as f64,
+                Bound::new(0.0, 600_000.0),
+                " (0: read every time; ten minutes)",
+            ),
+        ]
+    }
+
     pub fn validate(&self) -> Result<(), Vec<String>> {
-        let mut problems = Vec::new();
+        let mut problems: Vec<String> = self
+            .numbers()
+            .into_iter()
+            .filter(|(_, value, bound, _)| !bound.allows(*value))
+            .map(|(variable, _, bound, note)| {
+                format!("{variable} must be {}{note}", bound.describe())
+            })
+            .collect();
         let mut check = |ok: bool, message: &str| {
             if !ok {
                 problems.push(message.to_owned());
             }
         };
         check(
-            (100..=86_400_000).contains(&self.silo_ttl_ms),
-            "ORACLE_SILO_TTL_MS must be from 100 (0.1 s) to 86400000 (one day)",
-        );
-        check(
-            (1..=1_000).contains(&self.db_pool_size),
-            "ORACLE_DB_POOL_SIZE must be from 1 to 1000",
-        );
-        check(
-            (1..=600_000).contains(&self.request_timeout_ms),
-            "ORACLE_REQUEST_TIMEOUT_MS must be from 1 to 600000 (ten minutes)",
-        );
-        check(
-            (10..=60_000).contains(&self.db_acquire_timeout_ms)
-                && self.db_acquire_timeout_ms < self.request_timeout_ms,
-            "ORACLE_DB_ACQUIRE_TIMEOUT_MS must be from 10 to 60000 and less than ORACLE_REQUEST_TIMEOUT_MS",
-        );
-        check(
-            (1..=1_000_000).contains(&self.max_clusters),
-            "ORACLE_MAX_CLUSTERS must be from 1 to 1000000",
-        );
-        check(
-            (1..=100_000).contains(&self.max_silos_per_cluster),
-            "ORACLE_MAX_SILOS_PER_CLUSTER must be from 1 to 100000",
-        );
-        check(
-            (1_024..=64 * 1_048_576).contains(&self.body_limit_bytes),
-            "ORACLE_BODY_LIMIT_BYTES must be from 1024 to 67108864 (64 MiB)",
-        );
-        check(
-            (1..=1_000_000).contains(&self.max_concurrent_requests),
-            "ORACLE_MAX_CONCURRENT_REQUESTS must be from 1 to 1000000",
-        );
-        for (variable, rate) in [
-            ("ORACLE_RATE_LIMIT_HEARTBEATS", self.rate_limit_heartbeats),
-            ("ORACLE_RATE_LIMIT_PLACEMENTS", self.rate_limit_placements),
-            ("ORACLE_RATE_LIMIT_EDGES", self.rate_limit_edges),
-        ] {
-            check(
-                rate <= MAX_RATE_PER_SECOND,
-                &format!(
-                    "{variable} must be from 0 (unlimited) to {MAX_RATE_PER_SECOND} per second"
-                ),
-            );
-        }
-        check(
-            (1_000..=600_000).contains(&self.lease_ttl_ms),
-            "ORACLE_LEASE_TTL_MS must be from 1000 to 600000 (ten minutes)",
-        );
-        check(
-            self.directory_cache_ttl_ms <= 3_600_000,
-            "ORACLE_DIRECTORY_CACHE_TTL_MS must be from 0 (off) to 3600000 (an hour)",
-        );
-        check(
-            self.directory_cache_entries <= 100_000_000,
-            "ORACLE_DIRECTORY_CACHE_ENTRIES must be from 0 (off) to 100000000",
+            self.db_acquire_timeout_ms < self.request_timeout_ms,
+            "ORACLE_DB_ACQUIRE_TIMEOUT_MS must be less than ORACLE_REQUEST_TIMEOUT_MS",
         );
         if let Some(id) = &self.replica_id {
             check(
@@ -356,10 +404,6 @@ impl Config {
                         && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
                 }),
             "ORACLE_DNS_ZONE must be a DNS name such as oracle.example.com",
-        );
-        check(
-            self.key_cache_ttl_ms <= 600_000,
-            "ORACLE_KEY_CACHE_TTL_MS must be from 0 (read every time) to 600000 (ten minutes)",
         );
         check(
             self.admin_token.is_none() || self.admin_token_file.is_none(),
@@ -445,7 +489,7 @@ impl Config {
                     path.display()
                 )
             })?;
-            let token = Secret(text.trim().to_owned());
+            let token = Secret::new(text.trim());
             if !token.is_strong() {
                 return Err(format!(
                     "ORACLE_ADMIN_TOKEN_FILE {}: the token must be 24 to 512 printable characters \
@@ -540,39 +584,6 @@ impl fmt::Debug for Config {
             .field("webhook_allowed_hosts", &self.webhook_allowed_hosts)
             .field("rng_seed", &self.rng_seed)
             .finish()
-    }
-}
-
-/// A credential: compared and hashed, never shown (`Debug` prints `***`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for comparing and hashing only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Long enough not to be guessed, and one token (no white space or control characters).
-    fn is_strong(&self) -> bool {
-        (24..=512).contains(&self.0.len()) && self.0.chars().all(|c| c.is_ascii_graphic())
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        Ok(Self(value.trim().to_owned()))
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
     }
 }
 

@@ -45,6 +45,7 @@ pub mod policy;
 pub mod rate_limit;
 pub mod rebalancer;
 pub mod repartitioner;
+pub mod secret;
 pub mod store;
 pub mod telemetry;
 pub mod validation;

@@ -10,7 +10,13 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// How logs are written: `text` for people, `json` for collectors (`ORACLE_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
 
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`).
 pub fn init_logging(format: LogFormat) {
@@ -59,9 +65,6 @@ pub fn metrics_handle() -> PrometheusHandle {
 /// Every metric the oracle records.
 pub mod metric {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
-
-    use crate::cluster::SiloStatus;
-    use crate::store::StoreStats;
 
     pub const HTTP_REQUESTS: &str = "http_requests_total";
     pub const HTTP_DURATION: &str = "http_request_duration_seconds";
@@ -300,18 +303,13 @@ pub mod metric {
 
     /// By outcome; the gauges by cluster (clusters are bounded by ORACLE_MAX_CLUSTERS, and only
     /// those with a rebalancer running get one).
-    pub fn rebalancer_cycle(
-        cluster: &crate::cluster::ClusterName,
-        report: &crate::rebalancer::CycleReport,
-    ) {
-        let outcome = serde_json::to_value(report.outcome)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+    /// A rebalancer cycle with its outcome; a cycle that measured (`measured`: not skipped)
+    /// also sets the cluster's deviation and entropy.
+    pub fn rebalancer_cycle(cluster: &str, outcome: String, measured: Option<(f64, f64)>) {
         counter!(REBALANCER_CYCLES, "outcome" => outcome).increment(1);
-        if report.outcome != crate::rebalancer::CycleOutcome::Skipped {
-            gauge!(REBALANCER_DEVIATION, "cluster" => cluster.to_string()).set(report.deviation);
-            gauge!(REBALANCER_ENTROPY, "cluster" => cluster.to_string()).set(report.entropy);
+        if let Some((deviation, entropy)) = measured {
+            gauge!(REBALANCER_DEVIATION, "cluster" => cluster.to_owned()).set(deviation);
+            gauge!(REBALANCER_ENTROPY, "cluster" => cluster.to_owned()).set(entropy);
         }
     }
 
@@ -326,9 +324,9 @@ pub mod metric {
     }
 
     /// Per cluster (bounded by ORACLE_MAX_CLUSTERS; only clusters whose repartitioner ran).
-    pub fn repartitioner_state(cluster: &crate::cluster::ClusterName, tracked: usize, remote: f64) {
-        gauge!(REPARTITIONER_TRACKED, "cluster" => cluster.to_string()).set(tracked as f64);
-        gauge!(REPARTITIONER_REMOTE, "cluster" => cluster.to_string()).set(remote);
+    pub fn repartitioner_state(cluster: &str, tracked: usize, remote: f64) {
+        gauge!(REPARTITIONER_TRACKED, "cluster" => cluster.to_owned()).set(tracked as f64);
+        gauge!(REPARTITIONER_REMOTE, "cluster" => cluster.to_owned()).set(remote);
     }
 
     /// One request shed: the replica was at its concurrency limit.
@@ -370,16 +368,13 @@ pub mod metric {
         counter!(LEASES_LAPSED).increment(1);
     }
 
-    pub fn store_gauges(stats: &StoreStats) {
-        for status in SiloStatus::ALL {
-            let n = stats
-                .silos_by_status
-                .iter()
-                .find(|(s, _)| *s == status)
-                .map_or(0, |(_, n)| *n);
-            gauge!(SILOS, "status" => status.as_str()).set(n as f64);
+    /// The membership and directory gauges: silos by status (every status named, zeros too)
+    /// and directory entries.
+    pub fn store_gauges(silos_by_status: &[(&'static str, u64)], directory_entries: u64) {
+        for &(status, n) in silos_by_status {
+            gauge!(SILOS, "status" => status).set(n as f64);
         }
-        gauge!(DIRECTORY_ENTRIES).set(stats.directory_entries as f64);
+        gauge!(DIRECTORY_ENTRIES).set(directory_entries as f64);
     }
 }
 

@@ -65,6 +65,88 @@ impl Violations {
     }
 }
 
+/// A range a number someone sends must fall in — a value, or how many items a list or a map
+/// holds — declared once, beside the type it constrains: the published schema states it
+/// (`http::contract` reads the same constant) and the server checks it ([`Bound::check`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub min: f64,
+    pub max: f64,
+    /// The minimum itself is out (Orleans' half-open ranges, such as `(0, 0.1]`).
+    pub min_exclusive: bool,
+}
+
+impl Bound {
+    /// From `min` to `max`, both in.
+    pub const fn new(min: f64, max: f64) -> Self {
+        Self {
+            min,
+            max,
+            min_exclusive: false,
+        }
+    }
+
+    /// More than 0, at most `max`.
+    pub const fn above_zero(max: f64) -> Self {
+        Self {
+            min: 0.0,
+            max,
+            min_exclusive: true,
+        }
+    }
+
+    pub fn allows(&self, value: f64) -> bool {
+        let above = if self.min_exclusive {
+            value > self.min
+        } else {
+            value >= self.min
+        };
+        above && value <= self.max
+    }
+
+    /// The range in words: `from 1 to 1000`, `more than 0 and at most 0.1`.
+    pub fn describe(&self) -> String {
+        if self.min_exclusive {
+            format!(
+                "more than {} and at most {}",
+                number(self.min),
+                number(self.max)
+            )
+        } else {
+            format!("from {} to {}", number(self.min), number(self.max))
+        }
+    }
+
+    /// Records that `field` is out of range unless `value` is in it.
+    pub fn check(&self, v: &mut Violations, field: impl Into<String>, value: f64) {
+        if !self.allows(value) {
+            v.add(
+                field,
+                format!("must be {}, got {}", self.describe(), number(value)),
+            );
+        }
+    }
+
+    /// [`Self::check`] of how many items a list or a map holds.
+    pub fn check_count(&self, v: &mut Violations, field: impl Into<String>, count: usize) {
+        if !self.allows(count as f64) {
+            v.add(
+                field,
+                format!("must hold {} items, got {count}", self.describe()),
+            );
+        }
+    }
+}
+
+/// A number as people write it: whole numbers without a fraction.
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e16 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
 /// Largest page a list answers (`limit`), and the page it answers without one.
 pub const MAX_PAGE: u32 = 1_000;
 pub const DEFAULT_PAGE: u32 = 100;
@@ -72,15 +154,13 @@ pub const DEFAULT_PAGE: u32 = 100;
 /// A list's page size: `limit` if given and from 1 to [`MAX_PAGE`], else [`DEFAULT_PAGE`].
 pub fn page_limit(limit: Option<u32>) -> Result<u32, Invalid> {
     let limit = limit.unwrap_or(DEFAULT_PAGE);
-    if (1..=MAX_PAGE).contains(&limit) {
-        Ok(limit)
-    } else {
-        Err(Invalid::one(
-            "limit",
-            format!("must be from 1 to {MAX_PAGE}, got {limit}"),
-        ))
-    }
+    let mut v = Violations::default();
+    PAGE_LIMIT.check(&mut v, "limit", f64::from(limit));
+    v.finish(|| limit)
 }
+
+/// A page size's bound (`limit`), as the published parameters state it.
+pub const PAGE_LIMIT: Bound = Bound::new(1.0, MAX_PAGE as f64);
 
 /// The largest integer a JSON number carries exactly in every client language (2^53 − 1).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -96,6 +176,11 @@ const SPACE_CLASS: &str = r" \u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u
 /// Rust's regular expressions also read).
 pub fn label_pattern() -> String {
     format!("^[^{CONTROL_CLASS}]+$")
+}
+
+/// The pattern of a label that may also be empty.
+pub fn optional_label_pattern() -> String {
+    format!("^[^{CONTROL_CLASS}]*$")
 }
 
 /// The pattern [`token`] enforces; `extra` lists further characters to refuse, e.g. "/".

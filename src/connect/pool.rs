@@ -51,6 +51,22 @@ impl Default for Pool {
     }
 }
 
+/// A pool's bounds, declared once: the published schema states them and [`Pool::validate`]
+/// checks them.
+pub mod bounds {
+    use crate::validation::Bound;
+
+    /// Silos a pool may list by id.
+    pub const SILOS: Bound = Bound::new(1.0, 1_000.0);
+    pub const MAX_ROLE_CHARS: usize = 128;
+    /// Metadata pairs a pool may select by.
+    pub const METADATA: Bound = Bound::new(1.0, 16.0);
+    pub const MAX_METADATA_KEY_CHARS: usize = 128;
+    pub const MAX_METADATA_VALUE_CHARS: usize = 1_024;
+    /// How long an answer may be reused.
+    pub const TTL_SECONDS: Bound = Bound::new(0.0, 3_600.0);
+}
+
 impl Pool {
     /// Checks every field, naming each bad one.
     pub fn validate(&self) -> Result<(), Invalid> {
@@ -64,9 +80,7 @@ impl Pool {
             v.add("members", "give at most one of silos, role and metadata");
         }
         if let Some(silos) = &self.members.silos {
-            if silos.is_empty() || silos.len() > 1_000 {
-                v.add("members.silos", "must list 1 to 1000 silos");
-            }
+            bounds::SILOS.check_count(&mut v, "members.silos", silos.len());
             for (i, silo) in silos.iter().enumerate() {
                 v.check(validation::token(
                     &format!("members.silos[{i}]"),
@@ -76,31 +90,28 @@ impl Pool {
             }
         }
         if let Some(role) = &self.members.role {
-            v.check(validation::label("members.role", role, 128));
+            v.check(validation::label(
+                "members.role",
+                role,
+                bounds::MAX_ROLE_CHARS,
+            ));
         }
         if let Some(metadata) = &self.members.metadata {
-            if metadata.is_empty() || metadata.len() > 16 {
-                v.add("members.metadata", "must give 1 to 16 pairs");
-            }
+            bounds::METADATA.check_count(&mut v, "members.metadata", metadata.len());
             for (key, value) in metadata {
                 v.check(validation::token(
                     &format!("members.metadata.{key}"),
                     key,
-                    128,
+                    bounds::MAX_METADATA_KEY_CHARS,
                 ));
                 v.check(validation::label(
                     &format!("members.metadata.{key}"),
                     value,
-                    1_024,
+                    bounds::MAX_METADATA_VALUE_CHARS,
                 ));
             }
         }
-        if self.ttl_seconds > 3_600 {
-            v.add(
-                "ttl_seconds",
-                format!("must be from 0 to 3600, got {}", self.ttl_seconds),
-            );
-        }
+        bounds::TTL_SECONDS.check(&mut v, "ttl_seconds", f64::from(self.ttl_seconds));
         v.finish(|| ())
     }
 

@@ -11,10 +11,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
+use super::limits;
 use crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS;
 use crate::cluster::{GrainId, SiloId};
 use crate::store::Activation;
-use crate::validation::{self, Invalid, MAX_SAFE_INTEGER};
+use crate::validation::{self, Invalid};
 
 /// A grain's activation.
 #[derive(Debug, Serialize, ToSchema)]
@@ -140,11 +141,12 @@ pub async fn delete_activation(
 ) -> Result<StatusCode, ApiError> {
     let grain = GrainId::parse("grain", &grain)?;
     let silo = SiloId::parse("silo", &query.silo)?;
-    if !(1..=MAX_SAFE_INTEGER as i64).contains(&query.epoch) {
+    if !limits::EPOCH.allows(query.epoch as f64) {
         return Err(Invalid::one(
             "epoch",
             format!(
-                "must be an epoch a placement answered, 1 to {MAX_SAFE_INTEGER}, got {}",
+                "must be an epoch a placement answered, {}, got {}",
+                limits::EPOCH.describe(),
                 query.epoch
             ),
         )

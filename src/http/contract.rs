@@ -26,13 +26,17 @@ use crate::cluster::names::{
     grain_id_pattern, grain_type_pattern, DNS_LABEL_PATTERN, MAX_GRAIN_ID_CHARS,
     MAX_GRAIN_TYPE_CHARS, MAX_SILO_ID_CHARS,
 };
-use crate::validation::{label_pattern, token_pattern, MAX_SAFE_INTEGER};
+use crate::connect::pool::bounds as pool;
+use crate::placement::filters::bounds as filters;
+use crate::placement::options::bounds as placement;
+use crate::policy::bounds as policy;
+use crate::rebalancer::options::bounds as rebalancer;
+use crate::repartitioner::options::bounds as repartitioner;
+use crate::validation::{label_pattern, optional_label_pattern, token_pattern, Bound};
 
-use super::heartbeats as beat;
+use super::limits;
 
-const SCHEMA_REF: &str = "#/components/schemas/";
-/// Suffix of the schema a client sends when it differs from the one the server writes.
-pub const INPUT_SUFFIX: &str = "Input";
+use super::body_check::{refs_in, INPUT_SUFFIX, SCHEMA_REF};
 
 /// Finishes the document utoipa derived (see the module docs).
 pub fn publish(mut doc: Value) -> Value {
@@ -91,7 +95,7 @@ fn label(max: usize) -> Value {
 
 /// A label that may also be empty.
 fn optional_label(max: usize) -> Value {
-    json!({"maxLength": max, "pattern": label_pattern().replace("]+$", "]*$")})
+    json!({"maxLength": max, "pattern": optional_label_pattern()})
 }
 
 /// An identifier: printable, no white space, 1 to `max` characters.
@@ -115,17 +119,52 @@ fn dns_label() -> Value {
     json!({"minLength": 1, "maxLength": 63, "pattern": DNS_LABEL_PATTERN})
 }
 
-fn range(min: i64, max: u64) -> Value {
-    json!({"minimum": min, "maximum": max})
+/// A number's [`Bound`]: `minimum` (or `exclusiveMinimum`) and `maximum`.
+fn bound(bound: Bound) -> Value {
+    let minimum = if bound.min_exclusive {
+        "exclusiveMinimum"
+    } else {
+        "minimum"
+    };
+    json!({minimum: number(bound.min), "maximum": number(bound.max)})
 }
 
-fn metadata(max_entries: usize, min_entries: usize, value: Value) -> Value {
+/// How many items a list may hold: `maxItems`, and `minItems` unless it may be empty.
+fn items(count: Bound) -> Value {
+    let mut rules = json!({"maxItems": number(count.max)});
+    if count.min > 0.0 {
+        rules["minItems"] = number(count.min);
+    }
+    rules
+}
+
+/// A bound's number in JSON: whole numbers as integers.
+fn number(value: f64) -> Value {
+    if value.fract() == 0.0 && value >= i64::MIN as f64 && value <= i64::MAX as f64 {
+        json!(value as i64)
+    } else if value.fract() == 0.0 && value >= 0.0 {
+        json!(value as u64)
+    } else {
+        json!(value)
+    }
+}
+
+/// A map's entries: how many (a [`Bound`]), what their keys are, what their values are.
+fn metadata(entries: Bound, key_chars: usize, value: Value) -> Value {
     json!({
-        "minProperties": min_entries,
-        "maxProperties": max_entries,
-        "propertyNames": token(beat::MAX_METADATA_KEY_CHARS),
+        "minProperties": number(entries.min),
+        "maxProperties": number(entries.max),
+        "propertyNames": token(key_chars),
         "additionalProperties": value,
     })
+}
+
+/// Merges the keywords of `more` into `rules`.
+fn with(mut rules: Value, more: Value) -> Value {
+    if let (Value::Object(rules), Value::Object(more)) = (&mut rules, more) {
+        rules.extend(more);
+    }
+    rules
 }
 
 /// Builds the JSON Schema keywords of a rule.
@@ -137,107 +176,108 @@ type Rules = fn() -> Value;
 const FIELD_RULES: &[(&str, &str, Rules)] = &[
     ("HeartbeatRequest", "silo", silo_id),
     ("HeartbeatRequest", "address", silo_id),
-    ("HeartbeatRequest", "role", || label(beat::MAX_ROLE_CHARS)),
+    ("HeartbeatRequest", "role", || label(limits::MAX_ROLE_CHARS)),
     ("HeartbeatRequest", "metadata", || {
         metadata(
-            beat::MAX_METADATA_ENTRIES,
-            0,
-            optional_label(beat::MAX_METADATA_VALUE_CHARS),
+            limits::HEARTBEAT_METADATA,
+            limits::MAX_METADATA_KEY_CHARS,
+            optional_label(limits::MAX_METADATA_VALUE_CHARS),
         )
     }),
-    (
-        "HeartbeatRequest",
-        "grain_types",
-        || json!({"maxItems": beat::MAX_GRAIN_TYPES, "items": grain_type()}),
-    ),
-    ("HeartbeatRequest", "cpu_usage", || range(0, 100)),
-    ("HeartbeatRequest", "memory_usage_bytes", safe_count),
-    ("HeartbeatRequest", "max_available_memory_bytes", safe_count),
-    ("HeartbeatRequest", "activation_count", safe_count),
-    ("HeartbeatRequest", "recent_activation_count", safe_count),
-    ("HeartbeatRequest", "connection_count", safe_count),
-    ("HeartbeatRequest", "network_bytes_per_second", safe_count),
+    ("HeartbeatRequest", "grain_types", || {
+        with(items(limits::GRAIN_TYPES), json!({"items": grain_type()}))
+    }),
+    ("HeartbeatRequest", "cpu_usage", || bound(limits::CPU_USAGE)),
+    ("HeartbeatRequest", "memory_usage_bytes", count),
+    ("HeartbeatRequest", "max_available_memory_bytes", count),
+    ("HeartbeatRequest", "activation_count", count),
+    ("HeartbeatRequest", "recent_activation_count", count),
+    ("HeartbeatRequest", "connection_count", count),
+    ("HeartbeatRequest", "network_bytes_per_second", count),
     ("PlacementRequest", "grain", grain_id),
     ("PlacementRequest", "requesting_silo", silo_id),
     ("PlacementRequest", "hint", silo_id),
     ("PlacementPreviewRequest", "grain", grain_id),
     ("PlacementPreviewRequest", "requesting_silo", silo_id),
     ("PlacementPreviewRequest", "hint", silo_id),
-    (
-        "PlacementBatchRequest",
-        "placements",
-        || json!({"minItems": 1, "maxItems": super::placements::MAX_BATCH}),
-    ),
-    ("Policy", "silo_ttl_ms", || range(100, 86_400_000)),
-    ("Policy", "migration_ttl_ms", || range(1_000, 86_400_000)),
-    ("RebalancerOptions", "due_time_ms", || range(0, 86_400_000)),
+    ("PlacementBatchRequest", "placements", || {
+        items(limits::BATCH)
+    }),
+    ("Policy", "silo_ttl_ms", || bound(policy::SILO_TTL_MS)),
+    ("Policy", "migration_ttl_ms", || {
+        bound(policy::MIGRATION_TTL_MS)
+    }),
+    ("RebalancerOptions", "due_time_ms", || {
+        bound(rebalancer::DUE_TIME_MS)
+    }),
     ("RebalancerOptions", "session_cycle_period_ms", || {
-        range(2_000, 86_400_000)
+        bound(rebalancer::SESSION_CYCLE_PERIOD_MS)
     }),
     ("RebalancerOptions", "max_stagnant_cycles", || {
-        unsigned_32(1)
+        unsigned_32(rebalancer::MAX_STAGNANT_CYCLES)
     }),
-    ("RebalancerOptions", "entropy_quantum", || above_zero(0.1)),
+    ("RebalancerOptions", "entropy_quantum", || {
+        bound(rebalancer::ENTROPY_QUANTUM)
+    }),
     ("RebalancerOptions", "allowed_entropy_deviation", || {
-        above_zero(0.1)
+        bound(rebalancer::ALLOWED_ENTROPY_DEVIATION)
     }),
     (
         "RebalancerOptions",
         "scaled_entropy_deviation_activation_threshold",
-        || range(1_000, MAX_SAFE_INTEGER),
+        || bound(rebalancer::SCALED_ENTROPY_DEVIATION_ACTIVATION_THRESHOLD),
     ),
     ("RebalancerOptions", "cycle_number_weight", || {
-        above_zero(1.0)
+        bound(rebalancer::CYCLE_NUMBER_WEIGHT)
     }),
-    ("RebalancerOptions", "silo_number_weight", || range(0, 1)),
+    ("RebalancerOptions", "silo_number_weight", || {
+        bound(rebalancer::SILO_NUMBER_WEIGHT)
+    }),
     (
         "RebalancerOptions",
         "activation_migration_count_limit",
-        || range(1, MAX_SAFE_INTEGER),
+        || bound(rebalancer::ACTIVATION_MIGRATION_COUNT_LIMIT),
     ),
-    ("SuspendRequest", "duration_ms", || range(1, 604_800_000)),
-    (
-        "EdgeBatch",
-        "edges",
-        || json!({"minItems": 1, "maxItems": super::repartitioner::MAX_EDGES}),
-    ),
+    ("SuspendRequest", "duration_ms", || {
+        bound(limits::SUSPENSION_MS)
+    }),
+    ("EdgeBatch", "edges", || items(limits::EDGES)),
     ("Edge", "from", grain_id),
     ("Edge", "to", grain_id),
-    ("Edge", "count", || {
-        range(1, super::repartitioner::MAX_EDGE_COUNT)
-    }),
+    ("Edge", "count", || bound(limits::EDGE_COUNT)),
     ("RepartitionerOptions", "max_edge_count", || {
-        range(1, u64::from(crate::repartitioner::options::MAX_EDGE_COUNT))
+        bound(repartitioner::MAX_EDGE_COUNT)
     }),
     ("RepartitionerOptions", "max_unprocessed_edges", || {
-        range(
-            1,
-            u64::from(crate::repartitioner::options::MAX_UNPROCESSED_EDGES),
-        )
+        bound(repartitioner::MAX_UNPROCESSED_EDGES)
     }),
     ("RepartitionerOptions", "min_round_period_ms", || {
-        range(1, 86_400_000)
+        bound(repartitioner::MIN_ROUND_PERIOD_MS)
     }),
     ("RepartitionerOptions", "max_round_period_ms", || {
-        range(1, 86_400_000)
+        bound(repartitioner::MAX_ROUND_PERIOD_MS)
     }),
     ("RepartitionerOptions", "recovery_period_ms", || {
-        range(0, 86_400_000)
+        bound(repartitioner::RECOVERY_PERIOD_MS)
     }),
     (
         "RepartitionerOptions",
         "probabilistic_filtering_max_allowed_error_rate",
-        || json!({"minimum": 0.001, "maximum": 0.01}),
+        || bound(repartitioner::FILTER_ERROR_RATE),
     ),
     ("RepartitionerOptions", "max_imbalance_percent", || {
-        range(1, 100)
+        bound(repartitioner::MAX_IMBALANCE_PERCENT)
     }),
     (
         "Policy",
         "grain_types",
-        || json!({"maxProperties": crate::policy::MAX_GRAIN_TYPES, "propertyNames": grain_type()}),
+        || json!({"maxProperties": number(policy::GRAIN_TYPES.max), "propertyNames": grain_type()}),
     ),
-    ("GrainTypePolicy", "filters", || json!({"maxItems": 16})),
+    (
+        "GrainTypePolicy",
+        "filters",
+        || json!({"maxItems": number(filters::FILTERS.max)}),
+    ),
     ("ResourceOptimizedOptions", "cpu_usage_weight", percent),
     ("ResourceOptimizedOptions", "memory_usage_weight", percent),
     (
@@ -261,11 +301,13 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
         percent,
     ),
     ("ActivationCountOptions", "choose_out_of", || {
-        range(1, 1_000)
+        bound(placement::CHOOSE_OUT_OF)
     }),
-    ("StatelessWorkerOptions", "max_local", || unsigned_32(0)),
+    ("StatelessWorkerOptions", "max_local", || {
+        unsigned_32(placement::MAX_LOCAL)
+    }),
     ("ConsistentHashOptions", "load_factor_percent", || {
-        range(100, 1_000)
+        bound(placement::LOAD_FACTOR_PERCENT)
     }),
     ("WebhookOptions", "url", || {
         json!({
@@ -273,52 +315,48 @@ const FIELD_RULES: &[(&str, &str, Rules)] = &[
             "pattern": format!("^https?://{}$", crate::validation::token_class("", "*")),
         })
     }),
-    ("WebhookOptions", "timeout_ms", || range(1, 2_000)),
-    (
-        "Filter[]",
-        "keys",
-        || json!({"minItems": 1, "maxItems": crate::placement::filters::MAX_KEYS, "items": token(128)}),
-    ),
-    (
-        "Filter[]",
-        "order",
-        || json!({"minimum": i32::MIN, "maximum": i32::MAX}),
-    ),
-    ("Filter[]", "min_candidates", || unsigned_32(1)),
-    ("Pool", "ttl_seconds", || range(0, 3_600)),
-    (
-        "Members",
-        "silos",
-        || json!({"minItems": 1, "maxItems": 1_000, "items": silo_id()}),
-    ),
-    ("Members", "role", || label(128)),
-    ("Members", "metadata", || metadata(16, 1, label(1_024))),
-    (
-        "NewKeyRequest",
-        "scopes",
-        || json!({"minItems": 1, "maxItems": 8}),
-    ),
+    ("WebhookOptions", "timeout_ms", || {
+        bound(placement::WEBHOOK_TIMEOUT_MS)
+    }),
+    ("Filter[]", "keys", || {
+        with(
+            items(filters::KEYS),
+            json!({"items": token(filters::MAX_KEY_CHARS)}),
+        )
+    }),
+    ("Filter[]", "order", || bound(filters::ORDER)),
+    ("Filter[]", "min_candidates", || {
+        unsigned_32(filters::MIN_CANDIDATES)
+    }),
+    ("Pool", "ttl_seconds", || bound(pool::TTL_SECONDS)),
+    ("Members", "silos", || {
+        with(items(pool::SILOS), json!({"items": silo_id()}))
+    }),
+    ("Members", "role", || label(pool::MAX_ROLE_CHARS)),
+    ("Members", "metadata", || {
+        metadata(
+            pool::METADATA,
+            pool::MAX_METADATA_KEY_CHARS,
+            label(pool::MAX_METADATA_VALUE_CHARS),
+        )
+    }),
+    ("NewKeyRequest", "scopes", || items(limits::KEY_SCOPES)),
     ("NewKeyRequest", "label", || {
-        optional_label(super::keys::MAX_LABEL_CHARS)
+        optional_label(limits::MAX_KEY_LABEL_CHARS)
     }),
 ];
 
-/// A `u32` from `min`: beyond `int32`, so its format says `int64`.
-fn unsigned_32(min: i64) -> Value {
-    json!({"minimum": min, "maximum": u32::MAX, "format": "int64"})
+/// A `u32`'s bound: beyond `int32`, so its format says `int64`.
+fn unsigned_32(u32_bound: Bound) -> Value {
+    with(bound(u32_bound), json!({"format": "int64"}))
 }
 
-/// More than 0, at most `max` (Orleans' half-open ranges).
-fn above_zero(max: f64) -> Value {
-    json!({"exclusiveMinimum": 0, "maximum": max})
-}
-
-fn safe_count() -> Value {
-    range(0, MAX_SAFE_INTEGER)
+fn count() -> Value {
+    bound(limits::COUNT)
 }
 
 fn percent() -> Value {
-    range(0, 100)
+    bound(placement::PERCENT)
 }
 
 /// Rules of whole schemas (not of one field); a name ending in `[]` means every variant.
@@ -423,11 +461,11 @@ fn parameter_rule(name: &str, path: &str) -> Option<Value> {
         "grain" => grain_id(),
         "cursor" if path.ends_with("/silos") => silo_id(),
         "cursor" if path == "/v1/clusters" => dns_label(),
-        "cursor" if path.ends_with("/migrations") => range(0, MAX_SAFE_INTEGER),
-        "id" => range(1, MAX_SAFE_INTEGER),
+        "cursor" if path.ends_with("/migrations") => bound(limits::MIGRATION_CURSOR),
+        "id" => bound(limits::MIGRATION_ID),
         "cursor" => label(crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS),
-        "limit" => range(1, u64::from(crate::validation::MAX_PAGE)),
-        "epoch" => range(1, MAX_SAFE_INTEGER),
+        "limit" => bound(crate::validation::PAGE_LIMIT),
+        "epoch" => bound(limits::EPOCH),
         "If-Match" => json!({"pattern": r#"^(\*|(W/)?"[0-9]{1,18}")$"#}),
         _ => return None,
     })
@@ -491,29 +529,6 @@ fn reachable(schemas: &Map<String, Value>, roots: Vec<String>) -> BTreeSet<Strin
         }
     }
     seen
-}
-
-fn refs_in(value: &Value) -> Vec<String> {
-    let mut found = Vec::new();
-    collect_refs(value, &mut found);
-    found
-}
-
-fn collect_refs(value: &Value, found: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            if let Some(name) = map
-                .get("$ref")
-                .and_then(Value::as_str)
-                .and_then(|r| r.strip_prefix(SCHEMA_REF))
-            {
-                found.push(name.to_owned());
-            }
-            map.values().for_each(|child| collect_refs(child, found));
-        }
-        Value::Array(items) => items.iter().for_each(|child| collect_refs(child, found)),
-        _ => {}
-    }
 }
 
 /// Every operation of the document, mutable.
@@ -875,199 +890,6 @@ fn link_operations(doc: &mut Value) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Checking request bodies against the contract.
-
-/// Compiles the request body validators now (at start-up) rather than on the first request.
-pub fn prepare() {
-    body_validators();
-}
-
-/// One compiled validator per schema a client may send, by the Rust type's schema name.
-fn body_validators() -> &'static std::collections::HashMap<String, jsonschema::Validator> {
-    static VALIDATORS: std::sync::OnceLock<
-        std::collections::HashMap<String, jsonschema::Validator>,
-    > = std::sync::OnceLock::new();
-    VALIDATORS.get_or_init(|| {
-        let doc = super::openapi();
-        let mut validators = std::collections::HashMap::new();
-        for operation in doc["paths"]
-            .as_object()
-            .into_iter()
-            .flat_map(|paths| paths.values())
-            .flat_map(|item| item.as_object().into_iter().flat_map(|m| m.values()))
-        {
-            for name in refs_in(&operation["requestBody"]) {
-                let root = json!({
-                    "$ref": format!("{SCHEMA_REF}{name}"),
-                    "components": {"schemas": doc["components"]["schemas"].clone()},
-                });
-                let validator = jsonschema::options()
-                    .with_draft(jsonschema::Draft::Draft202012)
-                    .build(&root)
-                    .unwrap_or_else(|error| {
-                        panic!("the schema of {name} does not compile: {error}")
-                    });
-                let type_name = name.strip_suffix(INPUT_SUFFIX).unwrap_or(&name).to_owned();
-                validators.insert(type_name, validator);
-            }
-        }
-        validators
-    })
-}
-
-/// Every way `body` breaks the published schema of the type named `type_name`, each naming its
-/// field as the rest of the API does (`members.silos[0]`); empty when it conforms or when the
-/// type is not a request body.
-pub fn check_body(type_name: &str, body: &Value) -> Vec<crate::validation::FieldError> {
-    let Some(validator) = body_validators().get(type_name) else {
-        return Vec::new();
-    };
-    if validator.is_valid(body) {
-        return Vec::new();
-    }
-    let mut found = Vec::new();
-    for error in validator.iter_errors(body) {
-        field_errors(&error, &mut found);
-    }
-    // One message per field: an empty string breaks both `minLength` and `pattern`, say, and the
-    // first says it best.
-    let mut seen = BTreeSet::new();
-    found.retain(|error| seen.insert(error.field.clone()));
-    found
-}
-
-/// The field errors one schema violation stands for. A value that fits no branch of a union
-/// (a nullable object, a filter of some kind) is reported by the branch it came closest to, so
-/// the field named is the one inside that is wrong; a bad map key is named by the key.
-fn field_errors(
-    error: &jsonschema::ValidationError<'_>,
-    out: &mut Vec<crate::validation::FieldError>,
-) {
-    use jsonschema::error::ValidationErrorKind as Kind;
-    let field = dotted(&error.instance_path().to_string());
-    match error.kind() {
-        Kind::OneOfNotValid { context } | Kind::AnyOf { context } => {
-            let here = error.instance_path().to_string();
-            let closest = context
-                .iter()
-                .filter(|branch| {
-                    !branch.iter().all(|e| {
-                        matches!(e.kind(), Kind::Type { .. })
-                            && e.instance_path().to_string() == here
-                    })
-                })
-                .min_by_key(|branch| branch.len());
-            match closest {
-                Some(branch) => branch.iter().for_each(|e| field_errors(e, out)),
-                None => out.push(field_error(field, error.to_string())),
-            }
-        }
-        Kind::PropertyNames { error: inner } => {
-            let key = inner.instance().as_str().unwrap_or_default().to_owned();
-            let rule = match inner.kind() {
-                Kind::Pattern { pattern } => pattern_rule(pattern),
-                _ => inner.to_string(),
-            };
-            out.push(field_error(join(&field, &key), format!("key {rule}")));
-        }
-        Kind::AdditionalProperties { unexpected } => {
-            for name in unexpected {
-                out.push(field_error(
-                    join(&field, name),
-                    "unknown field: this object has no such field (see /openapi.json)".to_owned(),
-                ));
-            }
-        }
-        Kind::Pattern { pattern } => out.push(field_error(field, pattern_rule(pattern))),
-        Kind::Required { property } => {
-            let name = property.as_str().unwrap_or_default();
-            out.push(field_error(join(&field, name), "is required".to_owned()));
-        }
-        // The one `not` the contract uses: fields that exclude each other.
-        Kind::Not { schema } => {
-            let mut names: Vec<String> = Vec::new();
-            collect_required(schema, &mut names);
-            names.sort();
-            names.dedup();
-            out.push(field_error(
-                field,
-                format!("give at most one of {}", names.join(", ")),
-            ));
-        }
-        _ => out.push(field_error(field, error.to_string())),
-    }
-}
-
-/// Every field name a schema's `required` lists mention, at any depth.
-fn collect_required(schema: &Value, names: &mut Vec<String>) {
-    match schema {
-        Value::Object(map) => {
-            if let Some(Value::Array(required)) = map.get("required") {
-                names.extend(required.iter().filter_map(Value::as_str).map(str::to_owned));
-            }
-            map.values()
-                .for_each(|child| collect_required(child, names));
-        }
-        Value::Array(items) => items
-            .iter()
-            .for_each(|child| collect_required(child, names)),
-        _ => {}
-    }
-}
-
-/// The rule a pattern stands for, in words.
-fn pattern_rule(pattern: &str) -> String {
-    let rule = if pattern == grain_id_pattern() {
-        "must be `type/key`, e.g. `user/alice`: a grain type without white space, a '/', then a key without control characters"
-    } else if pattern == grain_type_pattern() {
-        "must not contain white space, control characters or '/'"
-    } else if pattern == token_pattern("") {
-        "must not contain white space or control characters (NUL, newline, tab, …)"
-    } else if pattern == label_pattern() || pattern == optional_label(0)["pattern"] {
-        "must not contain control characters (NUL, newline, tab, …)"
-    } else if pattern.starts_with("^https?://") {
-        "must be an http:// or https:// URL without white space"
-    } else {
-        return format!("must match the pattern {pattern}");
-    };
-    rule.to_owned()
-}
-
-fn field_error(field: String, message: String) -> crate::validation::FieldError {
-    crate::validation::FieldError { field, message }
-}
-
-/// `parent.name`, or `name` for the whole body.
-fn join(parent: &str, name: &str) -> String {
-    if parent == "body" {
-        name.to_owned()
-    } else {
-        format!("{parent}.{name}")
-    }
-}
-
-/// `/members/silos/0` → `members.silos[0]`; the empty pointer (the whole body) → `body`.
-fn dotted(pointer: &str) -> String {
-    let mut field = String::new();
-    for segment in pointer.split('/').skip(1) {
-        let segment = segment.replace("~1", "/").replace("~0", "~");
-        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
-            field.push_str(&format!("[{segment}]"));
-        } else {
-            if !field.is_empty() {
-                field.push('.');
-            }
-            field.push_str(&segment);
-        }
-    }
-    if field.is_empty() {
-        "body".to_owned()
-    } else {
-        field
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -1166,8 +988,9 @@ mod tests {
             super::super::repartitioner::EdgeBatch::name(),
             super::super::keys::NewKeyRequest::name(),
         ];
+        super::super::body_check::install(super::super::openapi());
         for name in names {
-            assert!(body_validators().contains_key(name.as_ref()), "{name}");
+            assert!(super::super::body_check::knows(name.as_ref()), "{name}");
         }
         let bodies = super::super::openapi()["paths"]
             .as_object()

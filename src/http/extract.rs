@@ -45,7 +45,7 @@ where
 pub fn parse_checked_json<T: DeserializeOwned + ToSchema>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut value = parse_value(bytes)?;
     integral_floats_as_integers(&mut value);
-    let violations = super::contract::check_body(&T::name(), &value);
+    let violations = super::body_check::check(&T::name(), &value);
     if !violations.is_empty() {
         return Err(Invalid(violations).into());
     }
@@ -185,8 +185,14 @@ mod tests {
     use crate::connect::Pool;
     use crate::http::heartbeats::HeartbeatRequest;
 
+    /// [`parse_checked_json`], with the check installed as the app installs it.
+    fn checked<T: DeserializeOwned + ToSchema>(body: &[u8]) -> Result<T, ApiError> {
+        super::super::body_check::install(crate::http::openapi());
+        parse_checked_json(body)
+    }
+
     fn field(body: &str) -> (StatusCode, Vec<String>) {
-        let error = parse_checked_json::<HeartbeatRequest>(body.as_bytes()).unwrap_err();
+        let error = checked::<HeartbeatRequest>(body.as_bytes()).unwrap_err();
         let problem = error.problem();
         (
             error.status(),
@@ -227,7 +233,7 @@ mod tests {
     /// serde reads a struct from an array too; the schema check does not let one through.
     #[test]
     fn an_array_where_an_object_belongs_is_refused_not_read_as_a_struct() {
-        let error = parse_checked_json::<Pool>(br#"{"members": [null, null]}"#).unwrap_err();
+        let error = checked::<Pool>(br#"{"members": [null, null]}"#).unwrap_err();
         assert_eq!(error.status(), StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(error.problem().errors[0].field, "members");
     }

@@ -13,17 +13,12 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
+use super::limits;
 use super::silos::SiloResponse;
 use crate::cluster::lease;
 use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{Heartbeat, LoadReport, SiloId, SiloStatus};
-use crate::validation::{self, Invalid, Violations, MAX_SAFE_INTEGER};
-
-pub(crate) const MAX_METADATA_ENTRIES: usize = 64;
-pub(crate) const MAX_METADATA_KEY_CHARS: usize = 128;
-pub(crate) const MAX_METADATA_VALUE_CHARS: usize = 1_024;
-pub(crate) const MAX_GRAIN_TYPES: usize = 4_096;
-pub(crate) const MAX_ROLE_CHARS: usize = 128;
+use crate::validation::{self, Invalid, Violations};
 
 /// The statuses a silo may report; `dead` is the oracle's verdict, never reported.
 #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
@@ -106,18 +101,13 @@ impl HeartbeatRequest {
             v.check(validation::token("address", address, MAX_SILO_ID_CHARS));
         }
         if let Some(role) = &self.role {
-            v.check(validation::label("role", role, MAX_ROLE_CHARS));
+            v.check(validation::label("role", role, limits::MAX_ROLE_CHARS));
         }
         let metadata = self.metadata.unwrap_or_default();
-        if metadata.len() > MAX_METADATA_ENTRIES {
-            v.add(
-                "metadata",
-                format!("must have at most {MAX_METADATA_ENTRIES} entries"),
-            );
-        }
+        limits::HEARTBEAT_METADATA.check_count(&mut v, "metadata", metadata.len());
         for (key, value) in &metadata {
             v.check(
-                validation::token("metadata", key, MAX_METADATA_KEY_CHARS).map_err(|e| {
+                validation::token("metadata", key, limits::MAX_METADATA_KEY_CHARS).map_err(|e| {
                     Invalid::one(format!("metadata.{key}"), format!("key {}", e.0[0].message))
                 }),
             );
@@ -125,28 +115,18 @@ impl HeartbeatRequest {
                 v.check(validation::label(
                     &format!("metadata.{key}"),
                     value,
-                    MAX_METADATA_VALUE_CHARS,
+                    limits::MAX_METADATA_VALUE_CHARS,
                 ));
             }
         }
         if let Some(types) = &self.grain_types {
-            if types.len() > MAX_GRAIN_TYPES {
-                v.add(
-                    "grain_types",
-                    format!("must list at most {MAX_GRAIN_TYPES} types"),
-                );
-            }
+            limits::GRAIN_TYPES.check_count(&mut v, "grain_types", types.len());
             for (i, grain_type) in types.iter().enumerate() {
                 v.check(check_grain_type(&format!("grain_types[{i}]"), grain_type));
             }
         }
         if let Some(cpu) = self.cpu_usage {
-            if !(0.0..=100.0).contains(&cpu) {
-                v.add(
-                    "cpu_usage",
-                    format!("must be a number from 0 to 100, got {cpu}"),
-                );
-            }
+            limits::CPU_USAGE.check(&mut v, "cpu_usage", cpu);
         }
         let counts = [
             ("memory_usage_bytes", self.memory_usage_bytes),
@@ -160,11 +140,8 @@ impl HeartbeatRequest {
             ("network_bytes_per_second", self.network_bytes_per_second),
         ];
         for (field, value) in counts {
-            if value.is_some_and(|n| n > MAX_SAFE_INTEGER) {
-                v.add(
-                    field,
-                    format!("must be at most {MAX_SAFE_INTEGER} (2^53 − 1)"),
-                );
+            if let Some(value) = value {
+                limits::COUNT.check(&mut v, field, value as f64);
             }
         }
         v.finish(|| {

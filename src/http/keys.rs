@@ -11,12 +11,11 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiJson, ApiPath};
+use super::limits;
 use crate::auth::{Scope, KEY_PREFIX};
 use crate::clock::Millis;
 use crate::store::StoredKey;
-use crate::validation::{self, Invalid};
-
-pub(crate) const MAX_LABEL_CHARS: usize = 200;
+use crate::validation::{self, Violations};
 
 /// A key to issue.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -117,13 +116,17 @@ pub async fn issue_key(
     Cluster(cluster): Cluster,
     ApiJson(body): ApiJson<NewKeyRequest>,
 ) -> Result<(StatusCode, Json<IssuedKeyResponse>), ApiError> {
-    if body.scopes.is_empty() {
-        return Err(Invalid::one("scopes", "name at least one scope: silo, operator").into());
-    }
+    let mut v = Violations::default();
+    limits::KEY_SCOPES.check_count(&mut v, "scopes", body.scopes.len());
     let label = body.label.unwrap_or_default();
     if !label.is_empty() {
-        validation::label("label", &label, MAX_LABEL_CHARS)?;
+        v.check(validation::label(
+            "label",
+            &label,
+            limits::MAX_KEY_LABEL_CHARS,
+        ));
     }
+    v.finish(|| ())?;
     let issued = credentials.issue_key(&cluster, body.scopes, label)
         .await?
         .ok_or_else(|| {

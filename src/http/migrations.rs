@@ -17,9 +17,10 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::{ApiPath, ApiQuery};
+use super::limits;
 use crate::cluster::SiloId;
 use crate::store::Migration;
-use crate::validation::{self, Invalid};
+use crate::validation::{self, Invalid, Violations};
 
 /// Which silo's migrations, and where to resume.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -81,8 +82,10 @@ pub async fn list_migrations(
 ) -> Result<Json<MigrationPage>, ApiError> {
     let silo = SiloId::parse("silo", &query.silo)?;
     let limit = validation::page_limit(query.limit)?;
-    if query.cursor.is_some_and(|c| c < 0) {
-        return Err(Invalid::one("cursor", "must be a migration id (0 or more)").into());
+    if let Some(cursor) = query.cursor {
+        let mut v = Violations::default();
+        limits::MIGRATION_CURSOR.check(&mut v, "cursor", cursor as f64);
+        v.finish(|| ())?;
     }
     let listing = movers
         .pending_migrations(&cluster, &silo, query.cursor, limit)
@@ -163,7 +166,15 @@ fn migration_id(id: &str) -> Result<i64, ApiError> {
     let id = id
         .parse::<i64>()
         .ok()
-        .filter(|id| *id >= 1)
-        .ok_or_else(|| Invalid::one("id", "must be a migration id: a whole number from 1"))?;
+        .filter(|&id| limits::MIGRATION_ID.allows(id as f64))
+        .ok_or_else(|| {
+            Invalid::one(
+                "id",
+                format!(
+                    "must be a migration id: a whole number {}",
+                    limits::MIGRATION_ID.describe()
+                ),
+            )
+        })?;
     Ok(id)
 }

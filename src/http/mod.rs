@@ -5,9 +5,11 @@
 //! registered with `routes!`), so the spec cannot drift from the router.
 
 pub mod auth;
+mod body_check;
 mod contract;
 pub mod error;
 pub mod extract;
+mod limits;
 pub mod load_shedding;
 mod middleware;
 
@@ -202,7 +204,9 @@ fn without_wildcards(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
 
 /// The whole application: API routes, spec, Swagger UI and every cross-cutting layer.
 pub fn app(state: AppState, limits: Limits) -> Router {
-    contract::prepare();
+    // Request bodies are checked against the published schemas, compiled now rather than on the
+    // first request.
+    body_check::install(openapi());
     let (router, _) = api_router().split_for_parts();
     let router = router
         .merge(

@@ -14,13 +14,11 @@ use super::activations::ActivationResponse;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
+use super::limits;
 use crate::cluster::{GrainId, SiloId};
 use crate::oracle::{Outcome, PlaceRequest, Placement, Preview};
 use crate::placement::{Explanation, Strategy};
 use crate::validation::{Invalid, Violations};
-
-/// Most grains one batch may place.
-pub const MAX_BATCH: usize = 1_000;
 
 /// Where should this grain go?
 #[derive(Debug, Deserialize, ToSchema)]
@@ -346,15 +344,7 @@ fn validate_batch(
     batch: PlacementBatchRequest,
 ) -> Result<(Vec<PlaceRequest>, Vec<usize>), Invalid> {
     let mut v = Violations::default();
-    if batch.placements.is_empty() || batch.placements.len() > MAX_BATCH {
-        v.add(
-            "placements",
-            format!(
-                "must hold 1 to {MAX_BATCH} grains, got {}",
-                batch.placements.len()
-            ),
-        );
-    }
+    limits::BATCH.check_count(&mut v, "placements", batch.placements.len());
     let mut index_of = HashMap::new();
     let mut requests = Vec::with_capacity(batch.placements.len());
     let mut listings = Vec::with_capacity(batch.placements.len());

@@ -17,10 +17,12 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
+use super::limits;
 use crate::clock::Millis;
 use crate::oracle::{RebalancerCycle, RebalancerStatus};
 use crate::rebalancer::{CycleOutcome, CycleReport, Move, SiloTally};
 use crate::store::{Lease, Migration};
+use crate::validation::Violations;
 
 /// Whether sessions may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -232,6 +234,11 @@ pub async fn post_suspend(
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<SuspendRequest>,
 ) -> Result<Json<RebalancerResponse>, ApiError> {
+    if let Some(ms) = request.duration_ms {
+        let mut v = Violations::default();
+        limits::SUSPENSION_MS.check(&mut v, "duration_ms", ms as f64);
+        v.finish(|| ())?;
+    }
     let duration = request
         .duration_ms
         .map(|ms| Millis::try_from(ms).unwrap_or(Millis::MAX - 1));

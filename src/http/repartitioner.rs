@@ -16,17 +16,13 @@ use utoipa::ToSchema;
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
+use super::limits;
 use crate::clock::Millis;
 use crate::cluster::GrainId;
 use crate::oracle::{RepartitionerRound, RepartitionerStatus};
 use crate::repartitioner::{Planner, RoundSummary};
 use crate::store::{EdgeReport, Lease, Migration};
 use crate::validation::Violations;
-
-/// Most edges in one report.
-pub const MAX_EDGES: usize = 10_000;
-/// Most calls one edge of a report may count.
-pub const MAX_EDGE_COUNT: u64 = 1_000_000_000;
 
 /// Calls between two grains since the silo's last report (either direction is the same edge).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -200,25 +196,12 @@ pub async fn post_edges(
 ) -> Result<(StatusCode, Json<EdgesAccepted>), ApiError> {
     limits.edges(&cluster, batch.edges.len())?;
     let mut v = Violations::default();
-    if batch.edges.is_empty() || batch.edges.len() > MAX_EDGES {
-        v.add(
-            "edges",
-            format!(
-                "must list 1 to {MAX_EDGES} edges, got {}",
-                batch.edges.len()
-            ),
-        );
-    }
+    limits::EDGES.check_count(&mut v, "edges", batch.edges.len());
     let mut edges = Vec::with_capacity(batch.edges.len());
     for (i, edge) in batch.edges.iter().enumerate() {
         let from = v.check(GrainId::parse(&format!("edges[{i}].from"), &edge.from));
         let to = v.check(GrainId::parse(&format!("edges[{i}].to"), &edge.to));
-        if !(1..=MAX_EDGE_COUNT).contains(&edge.count) {
-            v.add(
-                format!("edges[{i}].count"),
-                format!("must be from 1 to {MAX_EDGE_COUNT}, got {}", edge.count),
-            );
-        }
+        limits::EDGE_COUNT.check(&mut v, format!("edges[{i}].count"), edge.count as f64);
         if let (Some(from), Some(to)) = (from, to) {
             edges.push(EdgeReport {
                 from,

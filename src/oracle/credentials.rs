@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::OracleError;
 use crate::auth::{self, AdminToken, Caller, Denial, KeyHasher, Scope};
 use crate::cluster::ClusterName;
-use crate::config::Secret;
+use crate::secret::Secret;
 use crate::store::{Store, StoredKey};
 use crate::telemetry::metric;
 

@@ -14,6 +14,21 @@ use crate::validation::{self, Invalid, Violations};
 /// Most metadata keys one filter may name.
 pub(crate) const MAX_KEYS: usize = 16;
 
+/// Bounds of a filter list, declared once: the published schema states them and [`validate`]
+/// checks them.
+pub mod bounds {
+    use crate::validation::Bound;
+
+    /// Filters one grain type may have.
+    pub const FILTERS: Bound = Bound::new(0.0, 16.0);
+    /// Metadata keys one filter names.
+    pub const KEYS: Bound = Bound::new(1.0, super::MAX_KEYS as f64);
+    /// The longest metadata key, in characters.
+    pub const MAX_KEY_CHARS: usize = 128;
+    pub const ORDER: Bound = Bound::new(i32::MIN as f64, i32::MAX as f64);
+    pub const MIN_CANDIDATES: Bound = Bound::new(1.0, u32::MAX as f64);
+}
+
 /// One filter of a grain type's policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -66,28 +81,23 @@ impl Filter {
 /// the order listed (Orleans fails such placements at run time; here the order is simply defined).
 pub fn validate(filters: &[Filter], prefix: &str) -> Result<(), Invalid> {
     let mut v = Violations::default();
+    bounds::FILTERS.check_count(&mut v, prefix, filters.len());
     for (i, filter) in filters.iter().enumerate() {
         let keys = filter.keys();
-        if keys.len() > MAX_KEYS {
-            v.add(
-                format!("{prefix}[{i}].keys"),
-                format!("must name at most {MAX_KEYS} keys"),
-            );
-        }
+        bounds::KEYS.check_count(&mut v, format!("{prefix}[{i}].keys"), keys.len());
         for (k, key) in keys.iter().enumerate() {
             v.check(validation::token(
                 &format!("{prefix}[{i}].keys[{k}]"),
                 key,
-                128,
+                bounds::MAX_KEY_CHARS,
             ));
         }
         if let Filter::PreferredMatch { min_candidates, .. } = filter {
-            if *min_candidates == 0 {
-                v.add(
-                    format!("{prefix}[{i}].min_candidates"),
-                    "must be at least 1",
-                );
-            }
+            bounds::MIN_CANDIDATES.check(
+                &mut v,
+                format!("{prefix}[{i}].min_candidates"),
+                f64::from(*min_candidates),
+            );
         }
     }
     v.finish(|| ())

@@ -58,12 +58,7 @@ impl ResourceOptimizedOptions {
                 self.local_silo_preference_margin,
             ),
         ] {
-            if value > 100 {
-                v.add(
-                    format!("{prefix}{name}"),
-                    format!("must be from 0 to 100, got {value}"),
-                );
-            }
+            bounds::PERCENT.check(&mut v, format!("{prefix}{name}"), f64::from(value));
         }
         v.finish(|| ())
     }
@@ -86,13 +81,13 @@ impl Default for ActivationCountOptions {
 
 impl ActivationCountOptions {
     pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
-        if self.choose_out_of == 0 || self.choose_out_of > 1_000 {
-            return Err(Invalid::one(
-                format!("{prefix}choose_out_of"),
-                format!("must be from 1 to 1000, got {}", self.choose_out_of),
-            ));
-        }
-        Ok(())
+        let mut v = Violations::default();
+        bounds::CHOOSE_OUT_OF.check(
+            &mut v,
+            format!("{prefix}choose_out_of"),
+            f64::from(self.choose_out_of),
+        );
+        v.finish(|| ())
     }
 }
 
@@ -183,6 +178,20 @@ impl Default for WebhookOptions {
 /// Longest webhook URL accepted, in characters.
 pub const MAX_WEBHOOK_URL_CHARS: usize = 2_048;
 
+/// The options' bounds, declared once: the published schema states them and the `validate`
+/// functions here check them.
+pub mod bounds {
+    use crate::validation::Bound;
+
+    /// Weights and the local preference margin of `resource_optimized`.
+    pub const PERCENT: Bound = Bound::new(0.0, 100.0);
+    pub const CHOOSE_OUT_OF: Bound = Bound::new(1.0, 1_000.0);
+    /// 0 is the silo's processor count.
+    pub const MAX_LOCAL: Bound = Bound::new(0.0, u32::MAX as f64);
+    pub const LOAD_FACTOR_PERCENT: Bound = Bound::new(100.0, 1_000.0);
+    pub const WEBHOOK_TIMEOUT_MS: Bound = Bound::new(1.0, 2_000.0);
+}
+
 impl WebhookOptions {
     pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
         let mut v = Violations::default();
@@ -198,12 +207,11 @@ impl WebhookOptions {
                 );
             }
         }
-        if !(1..=2_000).contains(&self.timeout_ms) {
-            v.add(
-                format!("{prefix}timeout_ms"),
-                format!("must be from 1 to 2000, got {}", self.timeout_ms),
-            );
-        }
+        bounds::WEBHOOK_TIMEOUT_MS.check(
+            &mut v,
+            format!("{prefix}timeout_ms"),
+            f64::from(self.timeout_ms),
+        );
         v.finish(|| ())
     }
 }
@@ -246,13 +254,11 @@ impl StrategyOptions {
                 .validate(&format!("{prefix}activation_count.")),
         );
         v.check(self.webhook.validate(&format!("{prefix}webhook.")));
-        let factor = self.consistent_hash.load_factor_percent;
-        if !(100..=1_000).contains(&factor) {
-            v.add(
-                format!("{prefix}consistent_hash.load_factor_percent"),
-                format!("must be from 100 to 1000, got {factor}"),
-            );
-        }
+        bounds::LOAD_FACTOR_PERCENT.check(
+            &mut v,
+            format!("{prefix}consistent_hash.load_factor_percent"),
+            f64::from(self.consistent_hash.load_factor_percent),
+        );
         v.finish(|| ())
     }
 }

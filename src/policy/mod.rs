@@ -21,8 +21,19 @@ use crate::rebalancer::RebalancerOptions;
 use crate::repartitioner::RepartitionerOptions;
 use crate::validation::{FieldError, Invalid, Violations};
 
-/// Most grain types one policy may configure.
-pub(crate) const MAX_GRAIN_TYPES: usize = 4_096;
+/// The policy's bounds, declared once: the published schema states them and
+/// [`Policy::validate`] checks them.
+pub mod bounds {
+    use crate::validation::Bound;
+
+    /// A silo's allowed silence (a policy's `silo_ttl_ms`, and `ORACLE_SILO_TTL_MS`): 100 ms to
+    /// one day.
+    pub const SILO_TTL_MS: Bound = Bound::new(100.0, 86_400_000.0);
+    /// How long an issued migration may wait to be completed: 1 s to one day.
+    pub const MIGRATION_TTL_MS: Bound = Bound::new(1_000.0, 86_400_000.0);
+    /// Grain types one policy may configure.
+    pub const GRAIN_TYPES: Bound = Bound::new(0.0, 4_096.0);
+}
 
 /// A cluster's policy.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
@@ -74,29 +85,14 @@ impl Policy {
         let mut v = Violations::default();
         v.check(self.options.validate("options."));
         if let Some(ttl) = self.silo_ttl_ms {
-            if !(100..=86_400_000).contains(&ttl) {
-                v.add(
-                    "silo_ttl_ms",
-                    format!("must be from 100 to 86400000 (one day), got {ttl}"),
-                );
-            }
+            bounds::SILO_TTL_MS.check(&mut v, "silo_ttl_ms", ttl as f64);
         }
         if let Some(ttl) = self.migration_ttl_ms {
-            if !(1_000..=86_400_000).contains(&ttl) {
-                v.add(
-                    "migration_ttl_ms",
-                    format!("must be from 1000 to 86400000 (one day), got {ttl}"),
-                );
-            }
+            bounds::MIGRATION_TTL_MS.check(&mut v, "migration_ttl_ms", ttl as f64);
         }
         v.check(self.rebalancer.validate("rebalancer."));
         v.check(self.repartitioner.validate("repartitioner."));
-        if self.grain_types.len() > MAX_GRAIN_TYPES {
-            v.add(
-                "grain_types",
-                format!("must configure at most {MAX_GRAIN_TYPES} grain types"),
-            );
-        }
+        bounds::GRAIN_TYPES.check_count(&mut v, "grain_types", self.grain_types.len());
         for (grain_type, policy) in &self.grain_types {
             let prefix = format!("grain_types.{grain_type}");
             v.check(check_grain_type(&prefix, grain_type));

@@ -12,6 +12,26 @@ pub const MIN_SESSION_CYCLE_PERIOD_MS: u64 = 2_000;
 /// Ceiling of a scaled allowed deviation (Orleans' `MAX_SCALED_ENTROPY_DEVIATION`).
 pub const MAX_SCALED_ENTROPY_DEVIATION: f64 = 0.1;
 
+/// The options' bounds, declared once: the published schema states them and
+/// [`RebalancerOptions::validate`] checks them.
+pub mod bounds {
+    use super::MIN_SESSION_CYCLE_PERIOD_MS;
+    use crate::validation::{Bound, MAX_SAFE_INTEGER};
+
+    /// Timers: at most one day.
+    pub const DUE_TIME_MS: Bound = Bound::new(0.0, 86_400_000.0);
+    pub const SESSION_CYCLE_PERIOD_MS: Bound =
+        Bound::new(MIN_SESSION_CYCLE_PERIOD_MS as f64, 86_400_000.0);
+    pub const MAX_STAGNANT_CYCLES: Bound = Bound::new(1.0, u32::MAX as f64);
+    pub const ENTROPY_QUANTUM: Bound = Bound::above_zero(0.1);
+    pub const ALLOWED_ENTROPY_DEVIATION: Bound = Bound::above_zero(0.1);
+    pub const SCALED_ENTROPY_DEVIATION_ACTIVATION_THRESHOLD: Bound =
+        Bound::new(1_000.0, MAX_SAFE_INTEGER as f64);
+    pub const CYCLE_NUMBER_WEIGHT: Bound = Bound::above_zero(1.0);
+    pub const SILO_NUMBER_WEIGHT: Bound = Bound::new(0.0, 1.0);
+    pub const ACTIVATION_MIGRATION_COUNT_LIMIT: Bound = Bound::new(1.0, MAX_SAFE_INTEGER as f64);
+}
+
 /// How and when the rebalancer evens out activations across a cluster's silos.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -68,51 +88,43 @@ impl RebalancerOptions {
     /// Checks every option against Orleans' rules, naming each bad one under `prefix`.
     pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
         let mut v = Violations::default();
-        let mut check = |ok: bool, field: &str, rule: &str| {
-            if !ok {
-                v.add(format!("{prefix}{field}"), rule);
-            }
-        };
-        let half_open = |x: f64, hi: f64| x > 0.0 && x <= hi;
-        check(
-            self.session_cycle_period_ms >= MIN_SESSION_CYCLE_PERIOD_MS,
-            "session_cycle_period_ms",
-            "must be at least 2000 (twice the statistics refresh)",
+        let field = |name: &str| format!("{prefix}{name}");
+        bounds::DUE_TIME_MS.check(&mut v, field("due_time_ms"), self.due_time_ms as f64);
+        bounds::SESSION_CYCLE_PERIOD_MS.check(
+            &mut v,
+            field("session_cycle_period_ms"),
+            self.session_cycle_period_ms as f64,
         );
-        check(
-            self.max_stagnant_cycles >= 1,
-            "max_stagnant_cycles",
-            "must be at least 1",
+        bounds::MAX_STAGNANT_CYCLES.check(
+            &mut v,
+            field("max_stagnant_cycles"),
+            f64::from(self.max_stagnant_cycles),
         );
-        check(
-            half_open(self.entropy_quantum, 0.1),
-            "entropy_quantum",
-            "must be more than 0 and at most 0.1",
+        bounds::ENTROPY_QUANTUM.check(&mut v, field("entropy_quantum"), self.entropy_quantum);
+        bounds::ALLOWED_ENTROPY_DEVIATION.check(
+            &mut v,
+            field("allowed_entropy_deviation"),
+            self.allowed_entropy_deviation,
         );
-        check(
-            half_open(self.allowed_entropy_deviation, 0.1),
-            "allowed_entropy_deviation",
-            "must be more than 0 and at most 0.1",
+        bounds::SCALED_ENTROPY_DEVIATION_ACTIVATION_THRESHOLD.check(
+            &mut v,
+            field("scaled_entropy_deviation_activation_threshold"),
+            self.scaled_entropy_deviation_activation_threshold as f64,
         );
-        check(
-            self.scaled_entropy_deviation_activation_threshold >= 1_000,
-            "scaled_entropy_deviation_activation_threshold",
-            "must be at least 1000",
+        bounds::CYCLE_NUMBER_WEIGHT.check(
+            &mut v,
+            field("cycle_number_weight"),
+            self.cycle_number_weight,
         );
-        check(
-            half_open(self.cycle_number_weight, 1.0),
-            "cycle_number_weight",
-            "must be more than 0 and at most 1",
+        bounds::SILO_NUMBER_WEIGHT.check(
+            &mut v,
+            field("silo_number_weight"),
+            self.silo_number_weight,
         );
-        check(
-            (0.0..=1.0).contains(&self.silo_number_weight),
-            "silo_number_weight",
-            "must be from 0 to 1",
-        );
-        check(
-            self.activation_migration_count_limit >= 1,
-            "activation_migration_count_limit",
-            "must be at least 1",
+        bounds::ACTIVATION_MIGRATION_COUNT_LIMIT.check(
+            &mut v,
+            field("activation_migration_count_limit"),
+            self.activation_migration_count_limit as f64,
         );
         v.finish(|| ())
     }

@@ -58,57 +58,65 @@ impl Default for RepartitionerOptions {
     }
 }
 
-/// Most edges the sketch may track: its state is stored with every round.
-pub const MAX_EDGE_COUNT: u32 = 100_000;
-/// Most unprocessed edge reports per cluster.
-pub const MAX_UNPROCESSED_EDGES: u32 = 1_000_000;
-/// Longest period of any timer: one day.
-pub const MAX_PERIOD_MS: u64 = 86_400_000;
+/// The options' bounds, declared once: the published schema states them and
+/// [`RepartitionerOptions::validate`] checks them.
+pub mod bounds {
+    use crate::validation::Bound;
+
+    /// Longest period of any timer: one day.
+    const MAX_PERIOD_MS: f64 = 86_400_000.0;
+
+    /// Edges the sketch may track: its state is stored with every round.
+    pub const MAX_EDGE_COUNT: Bound = Bound::new(1.0, 100_000.0);
+    /// Unprocessed edge reports per cluster.
+    pub const MAX_UNPROCESSED_EDGES: Bound = Bound::new(1.0, 1_000_000.0);
+    pub const MIN_ROUND_PERIOD_MS: Bound = Bound::new(1.0, MAX_PERIOD_MS);
+    pub const MAX_ROUND_PERIOD_MS: Bound = Bound::new(1.0, MAX_PERIOD_MS);
+    pub const RECOVERY_PERIOD_MS: Bound = Bound::new(0.0, MAX_PERIOD_MS);
+    pub const FILTER_ERROR_RATE: Bound = Bound::new(0.001, 0.01);
+    pub const MAX_IMBALANCE_PERCENT: Bound = Bound::new(1.0, 100.0);
+}
 
 impl RepartitionerOptions {
     /// Checks every option, naming each bad one under `prefix`.
     pub fn validate(&self, prefix: &str) -> Result<(), Invalid> {
         let mut v = Violations::default();
-        let mut check = |ok: bool, field: &str, rule: String| {
-            if !ok {
-                v.add(format!("{prefix}{field}"), rule);
-            }
-        };
-        check(
-            (1..=MAX_EDGE_COUNT).contains(&self.max_edge_count),
-            "max_edge_count",
-            format!("must be from 1 to {MAX_EDGE_COUNT}"),
+        let field = |name: &str| format!("{prefix}{name}");
+        bounds::MAX_EDGE_COUNT.check(
+            &mut v,
+            field("max_edge_count"),
+            f64::from(self.max_edge_count),
         );
-        check(
-            (1..=MAX_UNPROCESSED_EDGES).contains(&self.max_unprocessed_edges),
-            "max_unprocessed_edges",
-            format!("must be from 1 to {MAX_UNPROCESSED_EDGES}"),
+        bounds::MAX_UNPROCESSED_EDGES.check(
+            &mut v,
+            field("max_unprocessed_edges"),
+            f64::from(self.max_unprocessed_edges),
         );
-        check(
-            self.min_round_period_ms > 0,
-            "min_round_period_ms",
-            "must be more than 0 (Orleans accepts 0, then fails drawing the period)".into(),
+        // Orleans accepts a minimum of 0, then fails drawing the period.
+        bounds::MIN_ROUND_PERIOD_MS.check(
+            &mut v,
+            field("min_round_period_ms"),
+            self.min_round_period_ms as f64,
         );
-        for (field, value) in [
-            ("min_round_period_ms", self.min_round_period_ms),
-            ("max_round_period_ms", self.max_round_period_ms),
-            ("recovery_period_ms", self.recovery_period_ms),
-        ] {
-            check(
-                value <= MAX_PERIOD_MS,
-                field,
-                format!("must be at most {MAX_PERIOD_MS} (one day)"),
-            );
-        }
-        check(
-            (0.001..=0.01).contains(&self.probabilistic_filtering_max_allowed_error_rate),
-            "probabilistic_filtering_max_allowed_error_rate",
-            "must be from 0.001 to 0.01".into(),
+        bounds::MAX_ROUND_PERIOD_MS.check(
+            &mut v,
+            field("max_round_period_ms"),
+            self.max_round_period_ms as f64,
         );
-        check(
-            (1..=100).contains(&self.max_imbalance_percent),
-            "max_imbalance_percent",
-            "must be from 1 to 100".into(),
+        bounds::RECOVERY_PERIOD_MS.check(
+            &mut v,
+            field("recovery_period_ms"),
+            self.recovery_period_ms as f64,
+        );
+        bounds::FILTER_ERROR_RATE.check(
+            &mut v,
+            field("probabilistic_filtering_max_allowed_error_rate"),
+            self.probabilistic_filtering_max_allowed_error_rate,
+        );
+        bounds::MAX_IMBALANCE_PERCENT.check(
+            &mut v,
+            field("max_imbalance_percent"),
+            f64::from(self.max_imbalance_percent),
         );
         v.finish(|| ())
     }

@@ -422,8 +422,8 @@ async fn keys_work_across_replicas_and_revocation_reaches_them() {
 /// token, it keeps the keys issued before it was set.
 #[tokio::test]
 async fn a_new_admin_token_keeps_keys_only_with_a_key_hash_secret() {
-    use placement_oracle::config::Secret;
     use placement_oracle::oracle::AdminCredentials;
+    use placement_oracle::secret::Secret;
 
     let hash_secret = Secret::new("a-key-hash-secret-0123456789abcdef");
     let ttl = Duration::from_secs(60);

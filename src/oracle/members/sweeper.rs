@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::Members;
+use crate::cluster::SiloStatus;
 use crate::store::{Reaped, Reaping, StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
@@ -92,7 +93,18 @@ impl Members {
             .stats()
             .await
             .inspect_err(|_| metric::store_error("stats"))?;
-        metric::store_gauges(&stats);
+        let by_status: Vec<(&'static str, u64)> = SiloStatus::ALL
+            .into_iter()
+            .map(|status| {
+                let n = stats
+                    .silos_by_status
+                    .iter()
+                    .find(|(s, _)| *s == status)
+                    .map_or(0, |(_, n)| *n);
+                (status.as_str(), n)
+            })
+            .collect();
+        metric::store_gauges(&by_status, stats.directory_entries);
         Ok(())
     }
 }

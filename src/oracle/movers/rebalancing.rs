@@ -293,7 +293,13 @@ impl Movers {
             "issued",
             migrations.len() as u64,
         );
-        metric::rebalancer_cycle(cluster, &report);
+        let outcome = serde_json::to_value(report.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let measured = (report.outcome != crate::rebalancer::CycleOutcome::Skipped)
+            .then_some((report.deviation, report.entropy));
+        metric::rebalancer_cycle(cluster.as_str(), outcome, measured);
         self.save(cluster, lease, membership, &mut rebalancer)
             .await?;
         Ok(RebalancerCycle { report, migrations })

@@ -124,7 +124,7 @@ impl Movers {
         let state = self.stored_repartitioner(cluster, now, &options).await?;
         let (graph, _, _) = self.graph(cluster, &membership, &state).await?;
         let remote_fraction = graph.remote_fraction(&graph.locations());
-        metric::repartitioner_state(cluster, state.sketch.len(), remote_fraction);
+        metric::repartitioner_state(cluster.as_str(), state.sketch.len(), remote_fraction);
         Ok(RepartitionerStatus {
             state,
             options,
@@ -276,7 +276,11 @@ impl Movers {
         let summary = self.with_rng(|rng| {
             state.finish_round(now, &options, &graph, &plan, migrations.len() as u64, rng)
         });
-        metric::repartitioner_state(cluster, state.sketch.len(), plan.remote_fraction_after);
+        metric::repartitioner_state(
+            cluster.as_str(),
+            state.sketch.len(),
+            plan.remote_fraction_after,
+        );
         self.save_repartitioner(cluster, lease, &state).await?;
         self.store
             .forget_edges(cluster, state.absorbed_through)
