@@ -9,43 +9,13 @@ use std::sync::Arc;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
+use super::bodies::ActivationResponse;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiPath, ApiQuery};
+use super::extract::{ApiQuery, GrainParam};
 use super::limits;
 use crate::cluster::names::MAX_STORED_GRAIN_ID_CHARS;
-use crate::cluster::{GrainId, SiloId};
-use crate::store::Activation;
+use crate::cluster::SiloId;
 use crate::validation::{self, Invalid};
-
-/// A grain's activation.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ActivationResponse {
-    #[schema(example = "user/alice")]
-    pub grain: String,
-    #[schema(example = "10.0.0.7:11111@139002")]
-    pub silo: String,
-    #[schema(example = "10.0.0.7:11111")]
-    pub address: String,
-    #[schema(example = "random")]
-    pub strategy: String,
-    #[schema(example = 1)]
-    pub epoch: i64,
-    /// When it was registered, ms since the Unix epoch (oracle clock).
-    pub created_at_ms: i64,
-}
-
-impl From<Activation> for ActivationResponse {
-    fn from(a: Activation) -> Self {
-        Self {
-            grain: a.grain,
-            silo: a.silo,
-            address: a.address,
-            strategy: a.strategy,
-            epoch: a.epoch,
-            created_at_ms: a.created_ms,
-        }
-    }
-}
 
 /// Which silo is deactivating.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -96,15 +66,13 @@ pub struct ActivationPage {
         (status = 200, description = "The grain's live activation", body = ActivationResponse),
         (status = 404, description = "The grain has no live activation", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster name or grain id", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_activation(
     State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, grain)): ApiPath<(String, String)>,
+    GrainParam(grain): GrainParam,
 ) -> Result<Json<ActivationResponse>, ApiError> {
-    let grain = GrainId::parse("grain", &grain)?;
     let activation = directory.lookup(&cluster, &grain).await?;
     Ok(Json(activation.into()))
 }
@@ -130,16 +98,14 @@ pub async fn get_activation(
         (status = 404, description = "The grain has no activation", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The grain is now another activation (on another silo, or a newer epoch); nothing was removed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster, grain or silo, or no epoch", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn delete_activation(
     State(directory): State<Arc<Directory>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, grain)): ApiPath<(String, String)>,
+    GrainParam(grain): GrainParam,
     ApiQuery(query): ApiQuery<DeactivateQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let grain = GrainId::parse("grain", &grain)?;
     let silo = SiloId::parse("silo", &query.silo)?;
     if !limits::EPOCH.allows(query.epoch as f64) {
         return Err(Invalid::one(
@@ -173,7 +139,6 @@ pub async fn delete_activation(
     responses(
         (status = 200, description = "A page of activations", body = ActivationPage),
         (status = 422, description = "Invalid cluster, silo, limit or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_activations(

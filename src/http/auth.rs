@@ -11,15 +11,16 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use axum::extract::{FromRequestParts, MatchedPath, RawPathParams};
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts, MatchedPath, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{header, Method};
 
 use super::error::ApiError;
-use super::AppState;
 use crate::auth::{self, Access, Caller, Denial};
 use crate::cluster::ClusterName;
-use crate::oracle::Unidentified;
+use crate::oracle::{Credentials, Unidentified};
 use crate::telemetry::metric;
 
 /// The name of the security scheme in the spec.
@@ -29,10 +30,14 @@ pub const SCHEME: &str = "bearer";
 #[derive(Debug, Clone)]
 pub struct Cluster(pub ClusterName);
 
-impl FromRequestParts<AppState> for Cluster {
+impl<S> FromRequestParts<S> for Cluster
+where
+    S: Send + Sync,
+    Arc<Credentials>: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let params = RawPathParams::from_request_parts(parts, state)
             .await
             .map_err(|rejection| {
@@ -58,7 +63,7 @@ impl FromRequestParts<AppState> for Cluster {
             Access::Public => Access::Admin,
             declared => declared,
         };
-        let caller = identify(parts, state).await?;
+        let caller = identify(parts, &Arc::from_ref(state)).await?;
         auth::authorize(&caller, &cluster, access).map_err(|denial| {
             metric::auth_denied("forbidden");
             denied(denial)
@@ -72,11 +77,15 @@ impl FromRequestParts<AppState> for Cluster {
 #[derive(Debug, Clone, Copy)]
 pub struct Admin;
 
-impl FromRequestParts<AppState> for Admin {
+impl<S> FromRequestParts<S> for Admin
+where
+    S: Send + Sync,
+    Arc<Credentials>: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = identify(parts, state).await?;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let caller = identify(parts, &Arc::from_ref(state)).await?;
         auth::authorize_admin(&caller).map_err(|denial| {
             metric::auth_denied("forbidden");
             denied(denial)
@@ -86,11 +95,9 @@ impl FromRequestParts<AppState> for Admin {
 }
 
 /// Who calls, from `Authorization: Bearer …`; named in the request's span (never by a secret).
-async fn identify(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+async fn identify(parts: &Parts, credentials: &Credentials) -> Result<Caller, ApiError> {
     let bearer = bearer(parts);
-    let caller = state
-        .oracle
-        .credentials
+    let caller = credentials
         .identify(bearer.as_deref())
         .await
         .map_err(|unidentified| match unidentified {
@@ -120,10 +127,21 @@ fn denied(denial: Denial) -> ApiError {
     }
 }
 
-/// What the route `method route` asks, as the published document declares it.
+/// What every operation asks, read from the published document when the app is built
+/// ([`install`]): the spec Swagger UI shows is the rule the server enforces.
+static ACCESS: OnceLock<HashMap<(String, String), Access>> = OnceLock::new();
+
+/// Reads every operation's access from `doc` (the published document). Once per process.
+pub fn install(doc: &serde_json::Value) {
+    ACCESS.get_or_init(|| declared_access(doc));
+}
+
+/// What the route `method route` asks, as the published document declares it (admin-only for a
+/// route it does not know, or before [`install`]: failing closed).
 pub fn required_access(method: &Method, route: &str) -> Access {
-    static TABLE: OnceLock<HashMap<(String, String), Access>> = OnceLock::new();
-    let table = TABLE.get_or_init(|| declared_access(super::openapi()));
+    let Some(table) = ACCESS.get() else {
+        return Access::Admin;
+    };
     // axum answers HEAD with the GET handler; it asks what GET asks.
     let method = if method == Method::HEAD {
         &Method::GET

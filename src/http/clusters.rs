@@ -50,7 +50,6 @@ pub struct ClusterListQuery {
     responses(
         (status = 200, description = "A page of cluster names", body = ClusterList),
         (status = 422, description = "Invalid limit or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_clusters(
@@ -161,8 +160,6 @@ impl DistributionResponse {
     responses(
         (status = 200, description = "The directory's spread over the silos", body = DistributionResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_distribution(

@@ -10,10 +10,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::auth::Cluster;
+use super::bodies::SiloResponse;
 use super::error::{ApiError, Problem};
-use super::extract::ApiPath;
-use super::silos::SiloResponse;
-use crate::cluster::SiloId;
+use super::extract::SiloParam;
 
 /// What a drain request did.
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,9 +85,8 @@ pub struct StuckActivations {
 pub async fn drain_silo(
     State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, silo)): ApiPath<(String, String)>,
+    SiloParam(silo): SiloParam,
 ) -> Result<Json<DrainResponse>, ApiError> {
-    let silo = SiloId::parse("silo", &silo)?;
     let drained = movers.drain(&cluster, &silo).await?;
     let mut by_target: BTreeMap<String, u64> = BTreeMap::new();
     let (migrations, stuck) = drained

@@ -11,13 +11,15 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
+use super::limits;
+use crate::cluster::{GrainId, PoolName, SiloId};
 use crate::validation::Invalid;
 
 /// A JSON body, deserialised with field paths in its errors.
@@ -131,25 +133,87 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// Path parameters; a malformed one (e.g. invalid percent-encoding) is a 400 problem.
-pub struct ApiPath<T>(pub T);
+/// The raw value of the path's `{name}` segment (percent-decoded).
+async fn segment<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    name: &str,
+) -> Result<String, ApiError> {
+    let params = RawPathParams::from_request_parts(parts, state)
+        .await
+        .map_err(|rejection| {
+            ApiError::bad_request(format!("bad path: {}", rejection.body_text()))
+        })?;
+    params
+        .iter()
+        .find_map(|(key, value)| (key == name).then(|| value.to_owned()))
+        .ok_or_else(|| {
+            tracing::error!(
+                segment = name,
+                "a route without this segment takes its extractor"
+            );
+            ApiError::internal()
+        })
+}
 
-impl<S, T> FromRequestParts<S> for ApiPath<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned + Send,
-{
-    type Rejection = ApiError;
+/// Declares an extractor of one path segment, parsed by its domain type: a value that does not
+/// parse is a 422 naming the segment.
+macro_rules! path_segment {
+    ($(#[$doc:meta])* $extractor:ident($type:ty) = $name:literal, $parse:expr) => {
+        $(#[$doc])*
+        pub struct $extractor(pub $type);
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        axum::extract::Path::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Path(value)| ApiPath(value))
-            .map_err(|rejection| {
-                ApiError::bad_request(format!("bad path: {}", rejection.body_text()))
+        impl<S: Send + Sync> FromRequestParts<S> for $extractor {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let raw = segment(parts, state, $name).await?;
+                let parse: fn(&str) -> Result<$type, ApiError> = $parse;
+                parse(&raw).map($extractor)
+            }
+        }
+    };
+}
+
+path_segment!(
+    /// The `{silo}` of the path.
+    SiloParam(SiloId) = "silo",
+    |raw| Ok(SiloId::parse("silo", raw)?)
+);
+path_segment!(
+    /// The `{grain}` of the path (it may hold '/').
+    GrainParam(GrainId) = "grain",
+    |raw| Ok(GrainId::parse("grain", raw)?)
+);
+path_segment!(
+    /// The `{pool}` of the path.
+    PoolParam(PoolName) = "pool",
+    |raw| Ok(PoolName::parse(raw)?)
+);
+path_segment!(
+    /// The `{id}` of a migration's path.
+    MigrationParam(i64) = "id",
+    |raw| {
+        raw.parse::<i64>()
+            .ok()
+            .filter(|&id| limits::MIGRATION_ID.allows(id as f64))
+            .ok_or_else(|| {
+                Invalid::one(
+                    "id",
+                    format!(
+                        "must be a migration id: a whole number {}",
+                        limits::MIGRATION_ID.describe()
+                    ),
+                )
+                .into()
             })
     }
-}
+);
+path_segment!(
+    /// The `{id}` of a key's path, as given (an id no key could have names no key).
+    KeyParam(String) = "id",
+    |raw| Ok(raw.to_owned())
+);
 
 /// Query parameters; a wrong one is a 422 problem naming it.
 pub struct ApiQuery<T>(pub T);

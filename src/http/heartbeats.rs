@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Cluster;
+use super::bodies::SiloResponse;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::limits;
-use super::silos::SiloResponse;
 use crate::cluster::lease;
 use crate::cluster::names::{check_grain_type, MAX_SILO_ID_CHARS};
 use crate::cluster::{Heartbeat, LoadReport, SiloId, SiloStatus};
@@ -202,13 +202,9 @@ pub struct HeartbeatResponse {
     request_body = HeartbeatRequest,
     responses(
         (status = 200, description = "The silo as the oracle now sees it, and its lease", body = HeartbeatResponse),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The silo was declared dead or is not newer than a dead generation at its address (rejoin under a newer generation), its status moved backwards, or a new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "A new silo in a cluster at ORACLE_MAX_SILOS_PER_CLUSTER, or the cluster is over ORACLE_RATE_LIMIT_HEARTBEATS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_heartbeat(

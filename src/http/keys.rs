@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{ApiJson, KeyParam};
 use super::limits;
 use crate::auth::{Scope, KEY_PREFIX};
 use crate::clock::Millis;
@@ -103,12 +103,8 @@ pub struct KeyList {
     security(("bearer" = ["admin"])),
     responses(
         (status = 201, description = "The key, shown once", body = IssuedKeyResponse),
-        (status = 400, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The cluster holds its limit of keys, or the oracle runs in open mode", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster, scopes or label", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn issue_key(
@@ -157,8 +153,6 @@ pub async fn issue_key(
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "The cluster's keys", body = KeyList),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_keys(
@@ -186,14 +180,12 @@ pub async fn list_keys(
     responses(
         (status = 204, description = "Revoked"),
         (status = 404, description = "The cluster has no such key", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn revoke_key(
     State(credentials): State<Arc<Credentials>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, id)): ApiPath<(String, String)>,
+    KeyParam(id): KeyParam,
 ) -> Result<StatusCode, ApiError> {
     // An id that no key could have is not looked up (nor sent to the database as it is).
     if crate::auth::is_key_id(&id) && credentials.revoke_key(&cluster, &id).await? {

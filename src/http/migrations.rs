@@ -16,11 +16,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiPath, ApiQuery};
+use super::extract::{ApiQuery, MigrationParam};
 use super::limits;
 use crate::cluster::SiloId;
 use crate::store::Migration;
-use crate::validation::{self, Invalid, Violations};
+use crate::validation::{self, Violations};
 
 /// Which silo's migrations, and where to resume.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -72,7 +72,6 @@ pub struct MigrationFailed {
         (status = 200, description = "A page of open migrations", body = MigrationPage),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster, silo, limit or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_migrations(
@@ -116,15 +115,13 @@ pub async fn list_migrations(
         (status = 404, description = "No such cluster or open migration", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The migration no longer applies; it is cancelled", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster or id", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn complete_migration(
     State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, id)): ApiPath<(String, String)>,
+    MigrationParam(id): MigrationParam,
 ) -> Result<Json<MigrationCompleted>, ApiError> {
-    let id = migration_id(&id)?;
     let moved = movers.complete_migration(&cluster, id).await?;
     Ok(Json(MigrationCompleted {
         migration: moved.migration,
@@ -148,33 +145,13 @@ pub async fn complete_migration(
         (status = 200, description = "Removed", body = MigrationFailed),
         (status = 404, description = "No such cluster or open migration", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster or id", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn fail_migration(
     State(movers): State<Arc<Movers>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, id)): ApiPath<(String, String)>,
+    MigrationParam(id): MigrationParam,
 ) -> Result<Json<MigrationFailed>, ApiError> {
-    let id = migration_id(&id)?;
     let migration = movers.fail_migration(&cluster, id).await?;
     Ok(Json(MigrationFailed { migration }))
-}
-
-/// The migration id of a path.
-fn migration_id(id: &str) -> Result<i64, ApiError> {
-    let id = id
-        .parse::<i64>()
-        .ok()
-        .filter(|&id| limits::MIGRATION_ID.allows(id as f64))
-        .ok_or_else(|| {
-            Invalid::one(
-                "id",
-                format!(
-                    "must be a migration id: a whole number {}",
-                    limits::MIGRATION_ID.describe()
-                ),
-            )
-        })?;
-    Ok(id)
 }

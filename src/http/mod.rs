@@ -5,9 +5,11 @@
 //! registered with `routes!`), so the spec cannot drift from the router.
 
 pub mod auth;
+mod bodies;
 mod body_check;
 mod contract;
 pub mod error;
+mod examples;
 pub mod extract;
 mod limits;
 pub mod load_shedding;
@@ -207,6 +209,8 @@ pub fn app(state: AppState, limits: Limits) -> Router {
     // Request bodies are checked against the published schemas, compiled now rather than on the
     // first request.
     body_check::install(openapi());
+    // What each route asks of its caller, as the document declares it.
+    auth::install(openapi());
     let (router, _) = api_router().split_for_parts();
     let router = router
         .merge(

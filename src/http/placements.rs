@@ -10,8 +10,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::activations::ActivationResponse;
 use super::auth::Cluster;
+use super::bodies::ActivationResponse;
 use super::error::{ApiError, Problem};
 use super::extract::ApiJson;
 use super::limits;
@@ -222,11 +222,8 @@ pub struct PlacementBatchResponse {
     request_body = PlacementRequest,
     responses(
         (status = 200, description = "Where the grain lives", body = PlacementResponse),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "No active silo hosts the grain's type", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica; retry after Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
@@ -260,11 +257,8 @@ pub async fn post_placement(
     request_body = PlacementPreviewRequest,
     responses(
         (status = 200, description = "What a placement would decide now", body = PlacementPreviewResponse),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "No active silo hosts the grain's type", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No active silo at all, or the store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
@@ -300,13 +294,9 @@ pub async fn post_placement_preview(
     request_body = PlacementBatchRequest,
     responses(
         (status = 200, description = "One result per grain, in request order", body = PlacementBatchResponse),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named (e.g. `placements[3].grain`)", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_PLACEMENTS on this replica (each grain of the batch counts); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_placement_batch(

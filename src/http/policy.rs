@@ -78,8 +78,6 @@ fn expected_version(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     responses(
         (status = 200, description = "The policy", body = PolicyResponse, headers(("ETag" = String, description = "The policy's version, quoted"))),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_policy(
@@ -111,11 +109,8 @@ pub async fn get_policy(
         (status = 400, description = "Malformed JSON or If-Match", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "The policy changed since it was read", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "If-Match is missing", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn put_policy(

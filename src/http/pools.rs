@@ -10,8 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Cluster;
 use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::cluster::PoolName;
+use super::extract::{ApiJson, ApiQuery, PoolParam};
 use crate::connect::{ConnectRule, Pool};
 use crate::oracle::ConnectionExplanation;
 
@@ -70,21 +69,16 @@ pub struct ConnectQuery {
     request_body = Pool,
     responses(
         (status = 200, description = "The pool as stored", body = Pool),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A new cluster would exceed ORACLE_MAX_CLUSTERS", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn put_pool(
     State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
+    PoolParam(name): PoolParam,
     ApiJson(pool): ApiJson<Pool>,
 ) -> Result<Json<Pool>, ApiError> {
-    let name = PoolName::parse(&pool_name)?;
     pool.validate()?;
     connections.put_pool(&cluster, &name, &pool).await?;
     Ok(Json(pool))
@@ -104,15 +98,13 @@ pub async fn put_pool(
         (status = 200, description = "The pool", body = Pool),
         (status = 404, description = "No such pool", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster or pool name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_pool(
     State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
+    PoolParam(name): PoolParam,
 ) -> Result<Json<Pool>, ApiError> {
-    let name = PoolName::parse(&pool_name)?;
     Ok(Json(connections.pool(&cluster, &name).await?))
 }
 
@@ -142,10 +134,9 @@ pub async fn get_pool(
 pub async fn post_connection(
     State(connections): State<Arc<Connections>>,
     Cluster(cluster): Cluster,
-    ApiPath((_cluster, pool_name)): ApiPath<(String, String)>,
+    PoolParam(name): PoolParam,
     ApiQuery(query): ApiQuery<ConnectQuery>,
 ) -> Result<Json<ConnectionResponse>, ApiError> {
-    let name = PoolName::parse(&pool_name)?;
     let connection = connections
         .connect(&cluster, &name, query.explain, None)
         .await?;

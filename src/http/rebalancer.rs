@@ -144,8 +144,6 @@ pub struct SuspendRequest {
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_rebalancer(
@@ -170,8 +168,6 @@ pub async fn get_rebalancer(
         (status = 200, description = "The cycle's report and migrations", body = CycleResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_cycle(
@@ -194,8 +190,6 @@ pub async fn post_cycle(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_session(
@@ -220,13 +214,9 @@ pub async fn post_session(
     request_body = SuspendRequest,
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster name or duration", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_suspend(
@@ -260,8 +250,6 @@ pub async fn post_suspend(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_resume(

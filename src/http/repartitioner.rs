@@ -179,13 +179,9 @@ impl From<RepartitionerRound> for RoundResponse {
     request_body = EdgeBatch,
     responses(
         (status = 202, description = "Stored for the next round", body = EdgesAccepted),
-        (status = 400, description = "The body is not valid JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, each named", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The cluster is over ORACLE_RATE_LIMIT_EDGES on this replica (each edge of the report counts); retry after Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_edges(
@@ -236,8 +232,6 @@ pub async fn post_edges(
     responses(
         (status = 200, description = "The repartitioner", body = RepartitionerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_repartitioner(
@@ -264,7 +258,6 @@ pub async fn get_repartitioner(
         (status = 200, description = "The round's moves and migrations", body = RoundResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid cluster name", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable, or the lease ran out meanwhile; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]

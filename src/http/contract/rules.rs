@@ -1,90 +1,21 @@
-//! The published contract (`/openapi.json`, `openapi/openapi.json`): the document clients generate
-//! from, and the schemas request bodies are checked against.
-//!
-//! utoipa derives one schema per Rust type from its serde attributes. Generated clients need more
-//! than that derivation says, so [`publish`] finishes the document in one pass:
-//! - **Inputs and outputs differ.** A type both sent and received gets two schemas: `X`, as the
-//!   server writes it (every field present: the server never skips one, so response types have no
-//!   optional fields), and `XInput`, as a client may send it (fields with defaults optional).
-//! - **No `default` keyword in inputs.** openapi-typescript makes a field with a default required,
-//!   so the default is stated in the field's description instead.
-//! - **No single-item `oneOf`.** utoipa wraps a `$ref` in one to attach a description or default;
-//!   openapi-python-client drops such schemas. The `$ref` is used directly.
-//! - **The server's own rules.** Every string, number, list and map of an input carries the bounds
-//!   and pattern the server enforces ([`FIELD_RULES`], [`parameter_rule`]); request bodies are
-//!   checked against these very schemas ([`super::extract::ApiJson`]), so a body the spec calls
-//!   valid is one the server's schema check accepts and vice versa.
-//! - **Responses say what comes back.** Each error response shows an example of that error,
-//!   every response documents `x-request-id`, 429 and 503 document `Retry-After`; every operation
-//!   that may be shed says so in its 503.
+//! The server's rules, stated in the schemas: every input string, number, list and map carries
+//! the bounds and pattern the server checks, read from the same declarations.
 
-use std::collections::BTreeSet;
-
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::cluster::names::{
     grain_id_pattern, grain_type_pattern, DNS_LABEL_PATTERN, MAX_GRAIN_ID_CHARS,
     MAX_GRAIN_TYPE_CHARS, MAX_SILO_ID_CHARS,
 };
 use crate::connect::pool::bounds as pool;
+use crate::http::body_check::INPUT_SUFFIX;
+use crate::http::limits;
 use crate::placement::filters::bounds as filters;
 use crate::placement::options::bounds as placement;
 use crate::policy::bounds as policy;
 use crate::rebalancer::options::bounds as rebalancer;
 use crate::repartitioner::options::bounds as repartitioner;
 use crate::validation::{label_pattern, optional_label_pattern, token_pattern, Bound};
-
-use super::limits;
-
-use super::body_check::{refs_in, INPUT_SUFFIX, SCHEMA_REF};
-
-/// Finishes the document utoipa derived (see the module docs).
-pub fn publish(mut doc: Value) -> Value {
-    visit_objects(&mut doc, &mut unwrap_single_one_of);
-    split_inputs_from_outputs(&mut doc);
-    apply_field_rules(&mut doc);
-    apply_parameter_rules(&mut doc);
-    title_union_variants(&mut doc);
-    declare_credentials(&mut doc);
-    document_load_shedding(&mut doc);
-    document_responses(&mut doc);
-    link_operations(&mut doc);
-    doc["info"]["license"] =
-        json!({"name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0"});
-    doc["servers"] = json!([{"url": "/", "description": "The oracle serving this document"}]);
-    doc
-}
-
-/// Calls `f` on every JSON object, innermost first.
-fn visit_objects(value: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
-    match value {
-        Value::Object(map) => {
-            for child in map.values_mut() {
-                visit_objects(child, f);
-            }
-            f(map);
-        }
-        Value::Array(items) => items.iter_mut().for_each(|item| visit_objects(item, f)),
-        _ => {}
-    }
-}
-
-/// `{"oneOf": [X], …}` becomes X with the other keys beside it.
-fn unwrap_single_one_of(map: &mut Map<String, Value>) {
-    let single = matches!(map.get("oneOf"), Some(Value::Array(items)) if items.len() == 1);
-    if !single {
-        return;
-    }
-    let Some(Value::Array(mut items)) = map.remove("oneOf") else {
-        return;
-    };
-    if let Value::Object(inner) = items.remove(0) {
-        for (key, value) in inner {
-            map.entry(key).or_insert(value);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The server's rules, stated in the schemas.
 
@@ -426,7 +357,7 @@ fn merge(target: &mut Value, rules: Value) {
     }
 }
 
-fn apply_field_rules(doc: &mut Value) {
+pub(super) fn apply_field_rules(doc: &mut Value) {
     let schemas = &mut doc["components"]["schemas"];
     for (schema, property, rules) in FIELD_RULES {
         let mut found = false;
@@ -483,7 +414,7 @@ fn parameter_example(name: &str) -> Option<Value> {
     })
 }
 
-fn apply_parameter_rules(doc: &mut Value) {
+pub(super) fn apply_parameter_rules(doc: &mut Value) {
     let Some(paths) = doc["paths"].as_object_mut() else {
         return;
     };
@@ -514,388 +445,14 @@ fn apply_parameter_rules(doc: &mut Value) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Inputs and outputs.
-
-/// Names of the schemas `roots` reach through `$ref`s.
-fn reachable(schemas: &Map<String, Value>, roots: Vec<String>) -> BTreeSet<String> {
-    let mut seen = BTreeSet::new();
-    let mut pending = roots;
-    while let Some(name) = pending.pop() {
-        if seen.insert(name.clone()) {
-            if let Some(schema) = schemas.get(&name) {
-                pending.extend(refs_in(schema));
-            }
-        }
-    }
-    seen
-}
-
-/// Every operation of the document, mutable.
-fn operations(doc: &mut Value) -> impl Iterator<Item = &mut Value> {
-    doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|paths| paths.values_mut())
-        .flat_map(|item| {
-            item.as_object_mut()
-                .into_iter()
-                .flat_map(|m| m.values_mut())
-        })
-}
-
-/// Whether a schema describes objects (directly or in a union): only those differ between input
-/// and output.
-fn has_properties(value: &Value) -> bool {
-    value.get("properties").is_some()
-        || value
-            .get("oneOf")
-            .and_then(Value::as_array)
-            .is_some_and(|variants| variants.iter().any(has_properties))
-}
-
-fn split_inputs_from_outputs(doc: &mut Value) {
-    let mut request_roots = Vec::new();
-    let mut response_roots = Vec::new();
-    for operation in operations(doc) {
-        request_roots.extend(refs_in(&operation["requestBody"]));
-        request_roots.extend(refs_in(&operation["parameters"]));
-        response_roots.extend(refs_in(&operation["responses"]));
-    }
-    let schemas = doc["components"]["schemas"]
-        .as_object_mut()
-        .expect("the document has schemas");
-    let inputs = reachable(schemas, request_roots);
-    let outputs = reachable(schemas, response_roots);
-    let both: BTreeSet<String> = inputs
-        .intersection(&outputs)
-        .filter(|name| schemas.get(*name).is_some_and(has_properties))
-        .cloned()
-        .collect();
-    let input_name = |name: &str| format!("{name}{INPUT_SUFFIX}");
-
-    for name in &both {
-        let copy = schemas[name].clone();
-        schemas.insert(input_name(name), copy);
-    }
-    let rename = |value: &mut Value| {
-        visit_objects(value, &mut |map| {
-            let target = map
-                .get("$ref")
-                .and_then(Value::as_str)
-                .and_then(|r| r.strip_prefix(SCHEMA_REF))
-                .filter(|name| both.contains(*name))
-                .map(|name| format!("{SCHEMA_REF}{}", input_name(name)));
-            if let Some(target) = target {
-                map.insert("$ref".into(), Value::String(target));
-            }
-        })
-    };
-    let names: Vec<String> = schemas.keys().cloned().collect();
-    for name in names {
-        let schema = schemas.get_mut(&name).expect("listed");
-        let is_input_copy = name
-            .strip_suffix(INPUT_SUFFIX)
-            .is_some_and(|original| both.contains(original));
-        if is_input_copy || (inputs.contains(&name) && !outputs.contains(&name)) {
-            rename(schema);
-            visit_objects(schema, &mut describe_default);
-        } else if outputs.contains(&name) {
-            if both.contains(&name) {
-                // The example shows what a client sends; the output's is that, as stored.
-                match (schema.get("example"), output_example(&name)) {
-                    (Some(example), Some(as_written)) => {
-                        schema["example"] = as_written(example.clone());
-                    }
-                    _ => {
-                        schema.as_object_mut().map(|map| map.remove("example"));
-                    }
-                }
-            }
-            visit_objects(schema, &mut |map| {
-                map.remove("default");
-                if let Some(Value::Object(properties)) = map.get("properties") {
-                    let required = properties.keys().cloned().map(Value::String).collect();
-                    map.insert("required".into(), Value::Array(required));
-                }
-            });
-        }
-    }
-    for operation in operations(doc) {
-        if let Some(body) = operation.get_mut("requestBody") {
-            rename(body);
-        }
-    }
-}
-
-/// How the server writes back a type it also reads: the input example, read and written again.
-fn output_example(name: &str) -> Option<fn(Value) -> Value> {
-    fn as_written<T: serde::de::DeserializeOwned + serde::Serialize>(example: Value) -> Value {
-        let value: T = serde_json::from_value(example).expect("the example is a valid input");
-        serde_json::to_value(value).expect("it serialises")
-    }
-    match name {
-        "Policy" => Some(as_written::<crate::policy::Policy>),
-        "Pool" => Some(as_written::<crate::connect::Pool>),
-        _ => None,
-    }
-}
-
-/// Moves a `default` into the description.
-fn describe_default(map: &mut Map<String, Value>) {
-    let Some(default) = map.remove("default") else {
-        return;
-    };
-    if default.is_null() {
-        return;
-    }
-    let shown = match &default {
-        Value::String(text) => format!("`{text}`"),
-        Value::Object(fields) if fields.is_empty() => "none".to_owned(),
-        Value::Array(items) if items.is_empty() => "none".to_owned(),
-        Value::Object(_) => "each field's own default".to_owned(),
-        other => format!("`{other}`"),
-    };
-    let description = map
-        .get("description")
-        .and_then(Value::as_str)
-        .map_or(String::new(), |d| format!("{}\n\n", d.trim_end()));
-    map.insert(
-        "description".into(),
-        Value::String(format!("{description}Default: {shown}.")),
-    );
-}
-
-/// Gives each variant of a tagged union (`kind`) a title, so generators name it after its kind.
-fn title_union_variants(doc: &mut Value) {
-    let Some(schemas) = doc["components"]["schemas"].as_object_mut() else {
-        return;
-    };
-    for (name, schema) in schemas.iter_mut() {
-        let base = name.strip_suffix(INPUT_SUFFIX).unwrap_or(name);
-        let suffix = &name[base.len()..];
-        let Some(variants) = schema.get_mut("oneOf").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for variant in variants {
-            let kind = variant["properties"]["kind"]["enum"][0]
-                .as_str()
-                .map(pascal_case);
-            if let Some(kind) = kind {
-                variant["title"] = Value::String(format!("{kind}{base}{suffix}"));
-            }
-        }
-    }
-}
-
-fn pascal_case(snake: &str) -> String {
-    snake
-        .split('_')
-        .map(|word| {
-            let mut chars = word.chars();
-            chars.next().map_or(String::new(), |first| {
-                first.to_uppercase().chain(chars).collect()
-            })
-        })
-        .collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Responses.
-
-/// Any operation but health, readiness and metrics may be shed (503 `concurrency-limit-reached`,
-/// see [`super::load_shedding`]): said here once for all of them rather than in every handler.
-fn document_load_shedding(doc: &mut Value) {
-    const SHED: &str = "this replica is at ORACLE_MAX_CONCURRENT_REQUESTS requests in flight";
-    let Some(paths) = doc["paths"].as_object_mut() else {
-        return;
-    };
-    for (path, item) in paths.iter_mut() {
-        if super::load_shedding::EXEMPT_PATHS.contains(&path.as_str()) {
-            continue;
-        }
-        let operations = item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|m| m.values_mut());
-        for responses in operations.filter_map(|op| op.get_mut("responses")?.as_object_mut()) {
-            let response = responses.entry("503").or_insert_with(|| {
-                json!({
-                    "description": "",
-                    "content": {super::error::PROBLEM_JSON: {"schema": {"$ref": format!("{SCHEMA_REF}Problem")}}},
-                })
-            });
-            let said = response["description"].as_str().unwrap_or_default();
-            response["description"] = json!(match said.strip_suffix("; retry") {
-                Some(cause) => format!("{cause}, or {SHED}; retry"),
-                None if said.is_empty() =>
-                    format!("{}{}; retry", SHED[..1].to_uppercase(), &SHED[1..]),
-                None => format!("{said}; or {SHED}"),
-            });
-        }
-    }
-}
-
-fn document_responses(doc: &mut Value) {
-    for operation in operations(doc) {
-        let operation_id = operation["operationId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let Some(responses) = operation
-            .get_mut("responses")
-            .and_then(Value::as_object_mut)
-        else {
-            continue;
-        };
-        for (status, response) in responses.iter_mut() {
-            let headers = response["headers"]
-                .as_object_mut()
-                .map(std::mem::take)
-                .unwrap_or_default();
-            let mut headers = Value::Object(headers);
-            headers["x-request-id"] = json!({
-                "description": "Identifies this request in the oracle's logs: the caller's own \
-                                `x-request-id` when it sent one, a new UUID otherwise.",
-                "schema": {"type": "string"},
-            });
-            if status == "429" || status == "503" {
-                headers["Retry-After"] = json!({
-                    "description": "Seconds to wait before retrying.",
-                    "schema": {"type": "integer", "minimum": 1},
-                });
-            }
-            response["headers"] = headers;
-            let problem = response
-                .get_mut("content")
-                .and_then(|content| content.get_mut(super::error::PROBLEM_JSON));
-            if let Some(problem) = problem {
-                if let Some(example) = super::error::example_problem(&operation_id, status) {
-                    problem["example"] = example;
-                }
-            }
-        }
-    }
-}
-
-/// The `bearer` security scheme, and 401 and 403 answers on every operation that asks for it.
-/// Each operation's requirement names the role it needs (`silo`, `operator`, `admin`; none: any
-/// key of the cluster), which is what `super::auth` enforces.
-fn declare_credentials(doc: &mut Value) {
-    doc["components"]["securitySchemes"][super::auth::SCHEME] = json!({
-        "type": "http",
-        "scheme": "bearer",
-        "description": "A cluster key (`pok_…`, issued by the admin with `POST /v1/clusters/{cluster}/keys`) \
-                        or the admin token. Each operation's requirement names the scope it needs: \
-                        `silo`, `operator` or `admin` (the admin token); none means any key of the \
-                        cluster. An oracle started without ORACLE_ADMIN_TOKEN (open mode, loopback \
-                        only) asks for nothing.",
-    });
-    let problem = |description: &str| {
-        json!({
-            "description": description,
-            "content": {super::error::PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        })
-    };
-    for operation in operations(doc) {
-        if operation.get("security").is_none() {
-            continue;
-        }
-        let responses = &mut operation["responses"];
-        responses["401"] = problem("No credential, or not a valid one");
-        responses["403"] = problem(
-            "The credential does not allow this: another cluster's key, or a key without the scope",
-        );
-    }
-}
-
-/// How one answer leads to the next call. Swagger UI shows links; generators and fuzzers follow them.
-struct Link {
-    from: &'static str,
-    status: &'static str,
-    name: &'static str,
-    to: &'static str,
-    /// Each parameter of `to`, as a runtime expression over the first call.
-    parameters: &'static [(&'static str, &'static str)],
-}
-
-const LINKS: &[Link] = &[
-    Link {
-        from: "post_placement",
-        status: "200",
-        name: "LookUp",
-        to: "get_activation",
-        parameters: &[
-            ("cluster", "$request.path.cluster"),
-            ("grain", "$response.body#/grain"),
-        ],
-    },
-    Link {
-        from: "post_placement",
-        status: "200",
-        name: "Deactivate",
-        to: "delete_activation",
-        parameters: &[
-            ("cluster", "$request.path.cluster"),
-            ("grain", "$response.body#/grain"),
-            ("silo", "$response.body#/silo"),
-            ("epoch", "$response.body#/epoch"),
-        ],
-    },
-    Link {
-        from: "put_pool",
-        status: "200",
-        name: "Connect",
-        to: "post_connection",
-        parameters: &[
-            ("cluster", "$request.path.cluster"),
-            ("pool", "$request.path.pool"),
-        ],
-    },
-    Link {
-        from: "put_policy",
-        status: "200",
-        name: "ReadBack",
-        to: "get_policy",
-        parameters: &[("cluster", "$request.path.cluster")],
-    },
-];
-
-fn link_operations(doc: &mut Value) {
-    for operation in operations(doc) {
-        let id = operation["operationId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        for Link {
-            from,
-            status,
-            name,
-            to,
-            parameters,
-        } in LINKS.iter().filter(|link| link.from == id)
-        {
-            let parameters: Map<String, Value> = parameters
-                .iter()
-                .map(|(name, expression)| ((*name).to_owned(), json!(expression)))
-                .collect();
-            let response = operation
-                .get_mut("responses")
-                .and_then(|responses| responses.get_mut(*status))
-                .unwrap_or_else(|| {
-                    panic!("a link starts at {from} {status}, which is not documented")
-                });
-            response["links"][*name] = json!({"operationId": to, "parameters": parameters});
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
+    use super::super::reachable;
     use super::*;
     use crate::cluster::names::{check_grain_type, ClusterName, GrainId, SiloId};
+    use crate::http::body_check::refs_in;
 
     /// Whether `value` passes the published string rule `rules` (a JSON Schema fragment).
     fn passes(rules: &Value, value: &str) -> bool {
@@ -978,21 +535,21 @@ mod tests {
     fn every_request_body_type_has_a_validator() {
         use utoipa::ToSchema;
         let names = [
-            super::super::heartbeats::HeartbeatRequest::name(),
-            super::super::placements::PlacementRequest::name(),
-            super::super::placements::PlacementBatchRequest::name(),
-            super::super::placements::PlacementPreviewRequest::name(),
+            crate::http::heartbeats::HeartbeatRequest::name(),
+            crate::http::placements::PlacementRequest::name(),
+            crate::http::placements::PlacementBatchRequest::name(),
+            crate::http::placements::PlacementPreviewRequest::name(),
             crate::policy::Policy::name(),
             crate::connect::Pool::name(),
-            super::super::rebalancer::SuspendRequest::name(),
-            super::super::repartitioner::EdgeBatch::name(),
-            super::super::keys::NewKeyRequest::name(),
+            crate::http::rebalancer::SuspendRequest::name(),
+            crate::http::repartitioner::EdgeBatch::name(),
+            crate::http::keys::NewKeyRequest::name(),
         ];
-        super::super::body_check::install(super::super::openapi());
+        crate::http::body_check::install(crate::http::openapi());
         for name in names {
-            assert!(super::super::body_check::knows(name.as_ref()), "{name}");
+            assert!(crate::http::body_check::knows(name.as_ref()), "{name}");
         }
-        let bodies = super::super::openapi()["paths"]
+        let bodies = crate::http::openapi()["paths"]
             .as_object()
             .unwrap()
             .values()
@@ -1016,7 +573,7 @@ mod tests {
     /// a new field without a rule fails here, not in a fuzzer's hands.
     #[test]
     fn every_input_field_carries_the_servers_bounds() {
-        let doc = super::super::openapi();
+        let doc = crate::http::openapi();
         let schemas = doc["components"]["schemas"].as_object().unwrap();
         let mut roots = Vec::new();
         for path in doc["paths"].as_object().unwrap().values() {
