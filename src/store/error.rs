@@ -1,6 +1,9 @@
-//! What can go wrong in a store call, and what it says about reaching the database.
-
-use std::sync::Arc;
+//! What can go wrong in a store call, in the domain's words, and what it says about reaching the
+//! database.
+//!
+//! Every layer above the store sees only these words: whether the database could be reached, could
+//! take a write, answered in time, or refused. How a database error comes to one of them (sqlx's
+//! errors, Postgres' SQLSTATEs) is the Postgres store's business (`postgres/error.rs`).
 
 use crate::clock::Millis;
 
@@ -23,25 +26,51 @@ pub enum LimitReached {
 
 /// A failure of the store itself (never of the caller's input). Logged, counted and answered as 503.
 /// Cloneable, because one failed batched query fails every request in the batch.
+///
+/// The `String`s are details for the logs, never for the caller. An empty one means there is
+/// nothing to add to what was logged already (the circuit refusing a call while the outage it
+/// logged when it opened goes on).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    #[error("database error: {0}")]
-    Database(Arc<sqlx::Error>),
-    #[error("database migration failed: {0}")]
-    Migration(Arc<sqlx::migrate::MigrateError>),
-    #[error("stored data is not what this version expects: {0}")]
-    Corrupt(String),
+    /// The database could not be reached: the connection was refused or broke, the server is
+    /// stopping, starting, out of connections or resources — or recent calls could not reach it,
+    /// so this one is answered at once instead of waiting (one call in a while still tries, and the
+    /// first that succeeds closes the circuit; the detail is empty then).
+    #[error("the database is unreachable{}", detail_or(.0, " (failing fast until it answers again)"))]
+    Unreachable(String),
+    /// The database answered but cannot take a write (a standby, or a primary set read-only). No
+    /// heartbeat can be stored, so it counts as [`Reach::Unreachable`], and is answered like it.
+    #[error("the database is read-only{}", detail_or(.0, ""))]
+    ReadOnly(String),
+    /// No answer in time: a wait for a pooled connection timed out, or a statement outlived the
+    /// store's deadline (the detail is empty then). See [`Reach::NoAnswer`].
+    #[error("the database gave no answer in time{}", detail_or(.0, ""))]
+    TimedOut(String),
     #[error("gave up after {0} attempts that lost to concurrent writers")]
     Contended(u32),
-    /// Recent calls could not reach the database: answered at once instead of waiting for it
-    /// (one call in a while still tries, and the first that succeeds closes the circuit).
-    #[error("the database is unreachable (failing fast until it answers again)")]
-    Unreachable,
     /// More calls are queued for the database than this replica will hold.
     #[error("too many store calls are queued on this replica")]
     Overloaded,
+    #[error("stored data is not what this version expects: {0}")]
+    Corrupt(String),
     #[error(transparent)]
     Limit(#[from] LimitReached),
+    /// The database's schema could not be brought to this version (at start-up).
+    #[error("database migration failed: {0}")]
+    Schema(String),
+    /// Anything else the database refused or failed at (a constraint, a deadlock outside the calls
+    /// that retry it, a value it could not decode, …).
+    #[error("database error: {0}")]
+    Failed(String),
+}
+
+/// `": detail"`, or `otherwise` when there is no detail.
+fn detail_or(detail: &str, otherwise: &'static str) -> String {
+    if detail.is_empty() {
+        otherwise.to_owned()
+    } else {
+        format!(": {detail}")
+    }
 }
 
 /// What a store call's outcome says about whether the database can be reached.
@@ -61,51 +90,18 @@ pub enum Reach {
 
 impl StoreError {
     /// What the error says about reaching the database: what opens the circuit, and what restarts
-    /// the death rule's count of reachable time ([`health`](super::health)). Every way a real server stop,
-    /// restart, crash or failover shows itself to a client counts as unreachable.
+    /// the death rule's count of reachable time ([`health`](super::health)). Every way a real
+    /// server stop, restart, crash or failover shows itself to a client counts as unreachable
+    /// (the Postgres store says which of its errors those are when it makes a `StoreError`).
     pub fn reach(&self) -> Reach {
         match self {
-            StoreError::Unreachable => Reach::Unreachable,
-            StoreError::Database(error) => match error.as_ref() {
-                sqlx::Error::Io(_)
-                | sqlx::Error::Tls(_)
-                | sqlx::Error::Protocol(_)
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed => Reach::Unreachable,
-                sqlx::Error::PoolTimedOut => Reach::NoAnswer,
-                sqlx::Error::Database(db) => match db.code() {
-                    Some(code) if server_unavailable(&code) => Reach::Unreachable,
-                    _ => Reach::Answered,
-                },
-                _ => Reach::Answered,
-            },
-            StoreError::Overloaded | StoreError::Migration(_) => Reach::Unknown,
-            StoreError::Corrupt(_) | StoreError::Contended(_) | StoreError::Limit(_) => {
-                Reach::Answered
-            }
+            StoreError::Unreachable(_) | StoreError::ReadOnly(_) => Reach::Unreachable,
+            StoreError::TimedOut(_) => Reach::NoAnswer,
+            StoreError::Overloaded | StoreError::Schema(_) => Reach::Unknown,
+            StoreError::Failed(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Contended(_)
+            | StoreError::Limit(_) => Reach::Answered,
         }
-    }
-}
-
-/// SQLSTATEs of a server that cannot serve: connection exceptions (class 08), insufficient
-/// resources (53: too many connections, out of memory or disk), the server's own I/O errors (58),
-/// the server shutting down, crashing or starting up (57P01–57P03), and a read-only transaction
-/// refusing a write (25006: a standby, or a primary set read-only) — no heartbeat can be stored.
-fn server_unavailable(code: &str) -> bool {
-    code.starts_with("08")
-        || code.starts_with("53")
-        || code.starts_with("58")
-        || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(error: sqlx::Error) -> Self {
-        Self::Database(Arc::new(error))
-    }
-}
-
-impl From<sqlx::migrate::MigrateError> for StoreError {
-    fn from(error: sqlx::migrate::MigrateError) -> Self {
-        Self::Migration(Arc::new(error))
     }
 }

@@ -20,8 +20,11 @@
 //! - `migrations.rs` — [`MigrationStore`]: grains that should move.
 //! - `edges.rs` — [`EdgeStore`]: reports of calls between grains, waiting to be counted.
 //! - `keys.rs` — [`KeyStore`]: cluster keys.
-//! - `error.rs` — [`StoreError`], what a call's failure says about reaching the database
-//!   ([`Reach`]), and the limits that refuse writes ([`LimitReached`]).
+//! - `error.rs` — [`StoreError`] in the domain's words (unreachable, read-only, timed out,
+//!   contended, overloaded, corrupt, a limit, failed), what it says about reaching the database
+//!   ([`Reach`]), and the limits that refuse writes ([`LimitReached`]). No sqlx in it: the Postgres
+//!   store says what its errors mean (`postgres/error.rs`), and keeps its circuit breaker
+//!   ([`health`]) beside it.
 //!
 //! This file holds what concerns a store as a whole: [`Store`], which every aggregate's trait
 //! makes up, its clock and settings, and the counts it reports.
@@ -36,9 +39,12 @@ mod migrations;
 mod policy;
 mod pools;
 
-pub mod health;
 pub mod memory;
 pub mod postgres;
+
+/// The circuit breaker and reachability record of the Postgres store, where it lives; kept at
+/// this path too, where the tests name [`health::PROBE_INTERVAL_MS`].
+pub use postgres::health;
 
 use std::sync::Arc;
 

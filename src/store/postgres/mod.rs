@@ -14,6 +14,8 @@
 //! silence is only counted from when this replica last began reaching the store without a break.
 
 mod edges;
+mod error;
+pub mod health;
 mod keys;
 mod leases;
 mod migrations;
@@ -29,7 +31,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 
-use super::health::{StoreHealth, Verdict};
+use self::error::{
+    deadlock_as_contention, has_sqlstate, PgError, DEADLOCK_DETECTED, FOREIGN_KEY_VIOLATION,
+};
+use self::health::{StoreHealth, Verdict};
 use super::{
     Activation, Departure, DirectoryStore, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates,
     LimitReached, Located, Membership, MembershipStore, NewActivation, PolicyStore, PoolStore,
@@ -50,11 +55,6 @@ const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
 
 /// Silos of one heartbeat batch taking the one-by-one path at once (each holds a connection).
 const SILOS_ONE_BY_ONE_AT_ONCE: usize = 4;
-
-/// SQLSTATE of a foreign key violation.
-const FOREIGN_KEY_VIOLATION: &str = "23503";
-/// SQLSTATE of a deadlock (two statements locking silo rows in opposite orders; rare, retryable).
-const DEADLOCK_DETECTED: &str = "40P01";
 
 /// Longest a store call may take before the database is taken for unreachable (below the default
 /// request timeout, so that the circuit sees it).
@@ -234,7 +234,7 @@ impl PostgresStore {
         self.health.admit()?;
         let started = self.health.now();
         let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
-            Err(_) => (Err(StoreError::Unreachable), Reach::NoAnswer),
+            Err(_) => (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer),
             Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
             Ok(Err(error)) => {
                 let reach = error.reach();
@@ -635,11 +635,7 @@ impl PostgresStore {
             let written = match written {
                 // Two batches met on the same rows in opposite orders: the one-by-one path sorts
                 // it out.
-                Err(sqlx::Error::Database(error))
-                    if error.code().as_deref() == Some(DEADLOCK_DETECTED) =>
-                {
-                    Vec::new()
-                }
+                Err(error) if has_sqlstate(&error, DEADLOCK_DETECTED) => Vec::new(),
                 written => written?,
             };
             let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
@@ -890,7 +886,7 @@ impl PostgresStore {
         &self,
         cluster: &ClusterName,
         silo: &SiloId,
-    ) -> Result<Option<Departure>, StoreError> {
+    ) -> Result<Option<Departure>, PgError> {
         // Mark it dead first — taking the row FOR UPDATE, the death protocol (see
         // `declare_silent_dead`), so racing heartbeats and registrations wait, then find it dead —
         // then release a first chunk of its entries; the sweep releases the rest.
@@ -927,7 +923,7 @@ impl PostgresStore {
         &self,
         cluster: &ClusterName,
         grains: &[GrainId],
-    ) -> Result<Vec<Located>, StoreError> {
+    ) -> Result<Vec<Located>, PgError> {
         let names: Vec<&str> = grains.iter().map(GrainId::as_str).collect();
         let rows = sqlx::query(
             // One primary-key probe per grain, by the statement's shape: `a.grain = ANY($2)`
@@ -968,7 +964,7 @@ impl PostgresStore {
         &self,
         cluster: &ClusterName,
         lost: &[GrainId],
-    ) -> Result<HashMap<String, Located>, StoreError> {
+    ) -> Result<HashMap<String, Located>, PgError> {
         if lost.is_empty() {
             return Ok(HashMap::new());
         }
@@ -990,7 +986,7 @@ impl PostgresStore {
         &self,
         cluster: &ClusterName,
         proposals: &[Proposal],
-    ) -> Result<Vec<Registration>, StoreError> {
+    ) -> Result<Vec<Registration>, PgError> {
         let order = grain_order(proposals, |p| &p.grain);
         let grains: Vec<&str> = order.iter().map(|&i| proposals[i].grain.as_str()).collect();
         let silos: Vec<Option<&str>> = order
@@ -1070,10 +1066,8 @@ impl PostgresStore {
         let rows = match rows {
             // A chosen silo left (its row was deleted) between the liveness check and the foreign
             // key check: nothing was written; the two-step path sorts it out.
-            Err(sqlx::Error::Database(error))
-                if error.code().as_deref() == Some(FOREIGN_KEY_VIOLATION) =>
-            {
-                return super::lookup_then_register(self, cluster, proposals).await;
+            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => {
+                return Ok(super::lookup_then_register(self, cluster, proposals).await?);
             }
             rows => rows?,
         };
@@ -1121,7 +1115,7 @@ impl PostgresStore {
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
-    ) -> Result<Vec<Registration>, StoreError> {
+    ) -> Result<Vec<Registration>, PgError> {
         let order = grain_order(entries, |e| &e.grain);
         let now = self.now();
         let outages = self.health.outages_seen();
@@ -1240,9 +1234,7 @@ impl PostgresStore {
         let rows = match rows {
             // A chosen silo left (its row was deleted) between the liveness check and the foreign
             // key check: nothing was inserted; every entry is decided again.
-            Err(sqlx::Error::Database(error))
-                if error.code().as_deref() == Some(FOREIGN_KEY_VIOLATION) =>
-            {
+            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => {
                 return Ok(vec![Registration::SiloUnavailable; entries.len()]);
             }
             rows => rows?,
@@ -1393,7 +1385,7 @@ impl PostgresStore {
         rows.iter().map(activation_from_row).collect()
     }
 
-    async fn try_reap(&self) -> Result<Reaping, StoreError> {
+    async fn try_reap(&self) -> Result<Reaping, PgError> {
         let reaped = self.declare_silent_dead(None).await?;
         self.forget_expired().await?;
         Ok(reaped)
@@ -1410,7 +1402,7 @@ impl PostgresStore {
     async fn declare_silent_dead(
         &self,
         only: Option<(&ClusterName, &SiloId)>,
-    ) -> Result<Reaping, StoreError> {
+    ) -> Result<Reaping, PgError> {
         let outages = self.health.outages_seen();
         let reachable_for = self.health.reachable_for();
         let mut tx = self.pool.begin().await?;
@@ -1483,7 +1475,7 @@ impl PostgresStore {
 
     /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released. Their
     /// generations were retired when they died, so the ids stay refused.
-    async fn forget_expired(&self) -> Result<(), StoreError> {
+    async fn forget_expired(&self) -> Result<(), PgError> {
         sqlx::query(
             "DELETE FROM silos s USING (
                 SELECT cluster, silo FROM silos
@@ -1597,7 +1589,7 @@ async fn release_chunk(
     cluster: &str,
     silo: &str,
     limit: u32,
-) -> Result<u64, StoreError> {
+) -> Result<u64, PgError> {
     let released = sqlx::query(
         "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
             SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
@@ -1627,7 +1619,7 @@ async fn release_chunk(
 async fn retire<'a>(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     dead: impl Iterator<Item = (&'a str, &'a str)>,
-) -> Result<(), StoreError> {
+) -> Result<(), PgError> {
     let mut newest: HashMap<(&str, String), i64> = HashMap::new();
     for (cluster, silo) in dead {
         let id = SiloId::parse("silo", silo).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -1666,17 +1658,6 @@ fn decode_stored<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<T, StoreError> {
     crate::validation::from_stored_json(value).map_err(StoreError::Corrupt)
-}
-
-/// A deadlock between two statements locking silo rows in opposite orders is rare and safe to
-/// retry: answered as contention (503 with Retry-After), not as an outage.
-fn deadlock_as_contention<T>(outcome: Result<T, StoreError>) -> Result<T, StoreError> {
-    match outcome {
-        Err(StoreError::Database(error)) if matches!(error.as_ref(), sqlx::Error::Database(db) if db.code().as_deref() == Some(DEADLOCK_DETECTED)) => {
-            Err(StoreError::Contended(1))
-        }
-        other => other,
-    }
 }
 
 #[async_trait]
@@ -1787,8 +1768,8 @@ impl MembershipStore for PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError> {
-        let outcome = self.guard(self.try_remove_silo(cluster, silo)).await;
-        deadlock_as_contention(outcome)
+        self.guard(async { deadlock_as_contention(self.try_remove_silo(cluster, silo).await) })
+            .await
     }
 
     async fn drain_silo(
@@ -1800,8 +1781,8 @@ impl MembershipStore for PostgresStore {
     }
 
     async fn reap(&self) -> Result<Reaping, StoreError> {
-        let outcome = self.guard(self.try_reap()).await;
-        deadlock_as_contention(outcome)
+        self.guard(async { deadlock_as_contention(self.try_reap().await) })
+            .await
     }
 }
 
@@ -1812,7 +1793,8 @@ impl DirectoryStore for PostgresStore {
         cluster: &ClusterName,
         grains: &[GrainId],
     ) -> Result<Vec<Located>, StoreError> {
-        self.guard(self.try_lookup(cluster, grains)).await
+        self.guard(async { Ok(self.try_lookup(cluster, grains).await?) })
+            .await
     }
 
     async fn register(
@@ -1820,8 +1802,8 @@ impl DirectoryStore for PostgresStore {
         cluster: &ClusterName,
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError> {
-        let outcome = self.guard(self.try_register(cluster, entries)).await;
-        deadlock_as_contention(outcome)
+        self.guard(async { deadlock_as_contention(self.try_register(cluster, entries).await) })
+            .await
     }
 
     async fn lookup_or_register(
@@ -1829,10 +1811,10 @@ impl DirectoryStore for PostgresStore {
         cluster: &ClusterName,
         proposals: &[Proposal],
     ) -> Result<Vec<Registration>, StoreError> {
-        let outcome = self
-            .guard(self.try_lookup_or_register(cluster, proposals))
-            .await;
-        deadlock_as_contention(outcome)
+        self.guard(async {
+            deadlock_as_contention(self.try_lookup_or_register(cluster, proposals).await)
+        })
+        .await
     }
 
     async fn deactivate(
