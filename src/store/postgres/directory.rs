@@ -28,6 +28,40 @@ fn grain_order<T>(items: &[T], grain: impl Fn(&T) -> &GrainId) -> Vec<usize> {
     order
 }
 
+/// What one registration judges liveness by, read once before its statements so that all of
+/// them judge at the same instant: the store's time (`None`: the database's clock), how long this
+/// replica had reached the store, and how many outages it had seen (a death is only committed if
+/// no outage began while it was judged).
+struct Judgement {
+    now: Option<Millis>,
+    outages: u64,
+    reachable_for: Millis,
+}
+
+/// The answers of [`PostgresStore::lookup_or_insert`]'s rows, by grain.
+fn registrations_by_grain(rows: &[PgRow]) -> Result<HashMap<String, Registration>, PgError> {
+    let mut answers: HashMap<String, Registration> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let kind: String = row.try_get("kind")?;
+        if kind == "unavailable" {
+            answers.insert(row.try_get("grain")?, Registration::SiloUnavailable);
+            continue;
+        }
+        let activation = activation_from_row(row)?;
+        let grain = activation.grain.clone();
+        let answer = if kind == "registered" {
+            Registration::Registered(activation)
+        } else {
+            Registration::Existing(Located {
+                activation,
+                live: row.try_get("live")?,
+            })
+        };
+        answers.insert(grain, answer);
+    }
+    Ok(answers)
+}
+
 fn activation_from_row(row: &PgRow) -> Result<Activation, StoreError> {
     Ok(Activation {
         grain: row.try_get("grain")?,
@@ -108,6 +142,43 @@ impl PostgresStore {
         cluster: &ClusterName,
         proposals: &[Proposal],
     ) -> Result<Vec<Registration>, PgError> {
+        let Some(rows) = self.lookup_or_insert(cluster, proposals).await? else {
+            // A chosen silo left (its row was deleted) between the liveness check and the foreign
+            // key check: nothing was written; the two-step path sorts it out.
+            return Ok(crate::store::lookup_then_register(self, cluster, proposals).await?);
+        };
+        let mut answers = registrations_by_grain(&rows)?;
+        // Grains registered by another transaction while this statement ran (their entry is
+        // committed now, but was not there when the statement looked): the only ones read again.
+        let lost: Vec<GrainId> = proposals
+            .iter()
+            .filter(|p| p.silo.is_some() && !answers.contains_key(p.grain.as_str()))
+            .map(|p| p.grain.clone())
+            .collect();
+        for (grain, located) in self.race_winners(cluster, &lost).await? {
+            answers.insert(grain, Registration::Existing(located));
+        }
+        Ok(proposals
+            .iter()
+            .map(|p| {
+                answers
+                    .get(p.grain.as_str())
+                    .cloned()
+                    .unwrap_or(Registration::SiloUnavailable)
+            })
+            .collect())
+    }
+
+    /// The one statement of [`Self::try_lookup_or_register`], in grain order (see
+    /// [`grain_order`]): a row per grain found (`found`), registered (`registered`) or whose
+    /// proposed silo could not take it (`unavailable`); a grain another transaction registered
+    /// meanwhile has none. `None` when a chosen silo left (its row was deleted) between the
+    /// liveness check and the foreign key check: nothing was written.
+    async fn lookup_or_insert(
+        &self,
+        cluster: &ClusterName,
+        proposals: &[Proposal],
+    ) -> Result<Option<Vec<PgRow>>, PgError> {
         let order = grain_order(proposals, |p| &p.grain);
         let grains: Vec<&str> = order.iter().map(|&i| proposals[i].grain.as_str()).collect();
         let silos: Vec<Option<&str>> = order
@@ -184,64 +255,69 @@ impl PostgresStore {
         .bind(self.health.reachable_for())
         .fetch_all(&self.pool)
         .await;
-        let rows = match rows {
-            // A chosen silo left (its row was deleted) between the liveness check and the foreign
-            // key check: nothing was written; the two-step path sorts it out.
-            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => {
-                return Ok(crate::store::lookup_then_register(self, cluster, proposals).await?);
-            }
-            rows => rows?,
-        };
-        let mut answers: HashMap<String, Registration> = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let kind: String = row.try_get("kind")?;
-            if kind == "unavailable" {
-                answers.insert(row.try_get("grain")?, Registration::SiloUnavailable);
-                continue;
-            }
-            let activation = activation_from_row(row)?;
-            let grain = activation.grain.clone();
-            let answer = if kind == "registered" {
-                Registration::Registered(activation)
-            } else {
-                Registration::Existing(Located {
-                    activation,
-                    live: row.try_get("live")?,
-                })
-            };
-            answers.insert(grain, answer);
+        match rows {
+            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => Ok(None),
+            rows => Ok(Some(rows?)),
         }
-        // Grains registered by another transaction while this statement ran (their entry is
-        // committed now, but was not there when the statement looked): the only ones read again.
-        let lost: Vec<GrainId> = proposals
-            .iter()
-            .filter(|p| p.silo.is_some() && !answers.contains_key(p.grain.as_str()))
-            .map(|p| p.grain.clone())
-            .collect();
-        for (grain, located) in self.race_winners(cluster, &lost).await? {
-            answers.insert(grain, Registration::Existing(located));
-        }
-        Ok(proposals
-            .iter()
-            .map(|p| {
-                answers
-                    .get(p.grain.as_str())
-                    .cloned()
-                    .unwrap_or(Registration::SiloUnavailable)
-            })
-            .collect())
     }
 
+    /// Registers new activations by [`DirectoryStore::register`]'s rules, in grain order (see
+    /// [`grain_order`]): first the stale entries some of them replace are released, with their
+    /// silos' deaths; then one statement inserts every entry whose silo is active and alive; last,
+    /// the entries of grains that lost their race to another transaction are read back. Both
+    /// statements judge liveness at one instant ([`Judgement`]).
     async fn try_register(
         &self,
         cluster: &ClusterName,
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, PgError> {
         let order = grain_order(entries, |e| &e.grain);
-        let now = self.now();
-        let outages = self.health.outages_seen();
-        let reachable_for = self.health.reachable_for();
+        let judged = Judgement {
+            now: self.now(),
+            outages: self.health.outages_seen(),
+            reachable_for: self.health.reachable_for(),
+        };
+        self.release_replaced(cluster, entries, &order, &judged)
+            .await?;
+        let Some(registered) = self
+            .insert_activations(cluster, entries, &order, &judged)
+            .await?
+        else {
+            // A chosen silo left (its row was deleted) between the liveness check and the foreign
+            // key check: nothing was inserted; every entry is decided again.
+            return Ok(vec![Registration::SiloUnavailable; entries.len()]);
+        };
+        let lost: Vec<GrainId> = entries
+            .iter()
+            .filter(|e| !registered.contains_key(e.grain.as_str()))
+            .map(|e| e.grain.clone())
+            .collect();
+        let winners = self.race_winners(cluster, &lost).await?;
+        Ok(entries
+            .iter()
+            .map(|e| {
+                let grain = e.grain.as_str();
+                match (registered.get(grain), winners.get(grain)) {
+                    (Some(activation), _) => Registration::Registered(activation.clone()),
+                    (None, Some(located)) => Registration::Existing(located.clone()),
+                    (None, None) => Registration::SiloUnavailable,
+                }
+            })
+            .collect())
+    }
 
+    /// Releases the stale entries (on silos past their TTL) that `entries` replace, each only if
+    /// it is still that exact activation. An entry is released only once its silo is marked dead
+    /// — by this statement, under the silo row's lock, or before it. A heartbeat racing in for
+    /// that silo then finds it dead and is refused, so a silo can never keep running a grain the
+    /// directory gave away. The silo's other entries go with the sweep's release.
+    async fn release_replaced(
+        &self,
+        cluster: &ClusterName,
+        entries: &[NewActivation],
+        order: &[usize],
+        judged: &Judgement,
+    ) -> Result<(), PgError> {
         let (stale_grains, stale_epochs): (Vec<&str>, Vec<i64>) = order
             .iter()
             .filter_map(|&i| {
@@ -249,13 +325,11 @@ impl PostgresStore {
                 e.replaces_epoch.map(|epoch| (e.grain.as_str(), epoch))
             })
             .unzip();
-        if !stale_grains.is_empty() {
-            // An entry is released only once its silo is marked dead — by this statement, under the
-            // silo row's lock, or before it. A heartbeat racing in for that silo then finds it dead
-            // and is refused, so a silo can never keep running a grain the directory gave away.
-            // The silo's other entries go with the sweep's release.
-            let mut tx = self.pool.begin().await?;
-            let dead: Vec<String> = sqlx::query_scalar(
+        if stale_grains.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        let dead: Vec<String> = sqlx::query_scalar(
                 "WITH stale AS (
                     SELECT a.grain, a.silo FROM UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
                     CROSS JOIN LATERAL (SELECT a.grain, a.silo FROM activations a
@@ -286,30 +360,42 @@ impl PostgresStore {
                  RETURNING 1
                  )
                  SELECT silo FROM dead",
-            )
-            .bind(cluster.as_str())
-            .bind(&stale_grains)
-            .bind(&stale_epochs)
-            .bind(now)
-            .bind(reachable_for)
-            .fetch_all(&mut *tx)
-            .await?;
-            retire(
-                &mut tx,
-                dead.iter().map(|silo| (cluster.as_str(), silo.as_str())),
-            )
-            .await?;
-            if self.health.outages_seen() == outages {
-                tx.commit().await?;
-                let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
-                crate::store::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
-            } else {
-                // An outage began while this judged: nothing is replaced; the insert below finds
-                // the old entries and the placement decides again.
-                tx.rollback().await?;
-            }
+        )
+        .bind(cluster.as_str())
+        .bind(&stale_grains)
+        .bind(&stale_epochs)
+        .bind(judged.now)
+        .bind(judged.reachable_for)
+        .fetch_all(&mut *tx)
+        .await?;
+        retire(
+            &mut tx,
+            dead.iter().map(|silo| (cluster.as_str(), silo.as_str())),
+        )
+        .await?;
+        if self.health.outages_seen() == judged.outages {
+            tx.commit().await?;
+            let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
+            crate::store::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
+        } else {
+            // An outage began while this judged: nothing is replaced; the insert finds the old
+            // entries and the placement decides again.
+            tx.rollback().await?;
         }
+        Ok(())
+    }
 
+    /// Inserts every entry whose chosen silo is active and alive and whose grain has no entry, in
+    /// one statement; returns the new activations by grain, or `None` when a chosen silo left
+    /// (its row was deleted) between the liveness check and the foreign key check, and nothing
+    /// was inserted.
+    async fn insert_activations(
+        &self,
+        cluster: &ClusterName,
+        entries: &[NewActivation],
+        order: &[usize],
+        judged: &Judgement,
+    ) -> Result<Option<HashMap<String, Activation>>, PgError> {
         let grains: Vec<&str> = order.iter().map(|&i| entries[i].grain.as_str()).collect();
         let silos: Vec<&str> = order.iter().map(|&i| entries[i].silo.as_str()).collect();
         let strategies: Vec<&str> = order.iter().map(|&i| entries[i].strategy).collect();
@@ -348,41 +434,20 @@ impl PostgresStore {
         .bind(&grains)
         .bind(&silos)
         .bind(&strategies)
-        .bind(now)
-        .bind(reachable_for)
+        .bind(judged.now)
+        .bind(judged.reachable_for)
         .fetch_all(&self.pool)
         .await;
         let rows = match rows {
-            // A chosen silo left (its row was deleted) between the liveness check and the foreign
-            // key check: nothing was inserted; every entry is decided again.
-            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => {
-                return Ok(vec![Registration::SiloUnavailable; entries.len()]);
-            }
+            Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => return Ok(None),
             rows => rows?,
         };
-
         let mut registered: HashMap<String, Activation> = HashMap::with_capacity(rows.len());
         for row in &rows {
             let activation = activation_from_row(row)?;
             registered.insert(activation.grain.clone(), activation);
         }
-        let lost: Vec<GrainId> = entries
-            .iter()
-            .filter(|e| !registered.contains_key(e.grain.as_str()))
-            .map(|e| e.grain.clone())
-            .collect();
-        let winners = self.race_winners(cluster, &lost).await?;
-        Ok(entries
-            .iter()
-            .map(|e| {
-                let grain = e.grain.as_str();
-                match (registered.get(grain), winners.get(grain)) {
-                    (Some(activation), _) => Registration::Registered(activation.clone()),
-                    (None, Some(located)) => Registration::Existing(located.clone()),
-                    (None, None) => Registration::SiloUnavailable,
-                }
-            })
-            .collect())
+        Ok(Some(registered))
     }
 
     async fn try_deactivate(

@@ -4,8 +4,9 @@
 //! the same for many silos in two statements, and leaves the silos it cannot settle that way to
 //! the one-by-one path.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
 
@@ -211,46 +212,42 @@ impl PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<BatchedHeartbeats, StoreError> {
-        // Positions of each silo's heartbeats, in batch order; silos in (cluster, silo) order so
-        // that concurrent batches lock rows in one order.
-        let mut by_silo: std::collections::BTreeMap<(&str, &str), Vec<usize>> = Default::default();
-        for (i, (cluster, silo)) in silos.iter().enumerate() {
-            by_silo
-                .entry((cluster.as_str(), silo.as_str()))
-                .or_default()
-                .push(i);
+        let mut batch = HeartbeatBatch::new(silos);
+        self.ensure_batch_clusters(&mut batch).await?;
+        let keys = batch.silos_to_read();
+        let reachable_for = self.health.reachable_for();
+        let rows = self.read_batch(&keys).await?;
+        let mut writes = self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
+        if !writes.is_empty() {
+            let drained = self.write_batch(silos, &mut writes).await?;
+            batch.settle_writes(&writes, &drained);
         }
-        let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
-            (0..silos.len()).map(|_| None).collect();
-        let mut one_by_one: Vec<usize> = Vec::new();
-        let mut clusters: Vec<&ClusterName> = silos.iter().map(|(c, _)| c).collect();
-        clusters.sort();
-        clusters.dedup();
-        for cluster in clusters {
+        Ok(batch.finish())
+    }
+
+    /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
+    /// batch (and the circuit sees it); a refusal (the cluster limit) fails only that cluster's
+    /// heartbeats, which are then settled.
+    async fn ensure_batch_clusters(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+    ) -> Result<(), StoreError> {
+        for cluster in batch.clusters() {
             if let Err(error) = self.ensure_cluster(cluster).await {
-                // A store that could not be reached fails the batch (and the circuit sees it);
-                // a refusal (the cluster limit) fails only that cluster's heartbeats.
                 if error.reach() != Reach::Answered {
                     return Err(error);
                 }
-                for (i, (c, _)) in silos.iter().enumerate() {
-                    if c == cluster {
-                        outcomes[i] = Some(Err(error.clone()));
-                    }
-                }
+                batch.fail_cluster(cluster, &error);
             }
         }
+        Ok(())
+    }
 
-        let keys: Vec<(&str, &str)> = by_silo
-            .keys()
-            .copied()
-            .filter(|(cluster, silo)| {
-                let first = by_silo[&(*cluster, *silo)][0];
-                outcomes[first].is_none()
-            })
-            .collect();
+    /// Reads every silo in `keys` with its cluster's TTL and the store's instant, in one
+    /// statement. Each row carries its silo's place in `keys` (from 1); a silo not stored yet has
+    /// a row of NULL silo columns, and one whose cluster vanished meanwhile has none.
+    async fn read_batch(&self, keys: &[(&str, &str)]) -> Result<Vec<PgRow>, StoreError> {
         let (key_clusters, key_silos): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let reachable_for = self.health.reachable_for();
         let rows = sqlx::query(&format!(
             "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
                     {SILO_COLUMNS}
@@ -264,11 +261,25 @@ impl PostgresStore {
         .bind(self.now())
         .fetch_all(&self.pool)
         .await?;
+        Ok(rows)
+    }
 
-        // Fold each known silo's heartbeats; what is to be written, and from which version.
-        let mut writes: Vec<(usize, SiloRecord, i64)> = Vec::new();
+    /// Folds each silo's heartbeats onto its row as read ([`fold_silo`]) and settles their
+    /// answers; returns what is to be written, and from which version. A silo not stored yet (its
+    /// heartbeat creates it), one a heartbeat declared dead (its death takes the death protocol),
+    /// and one the read did not answer for (its cluster vanished meanwhile) are left to the
+    /// one-by-one path.
+    fn fold_batch(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        keys: &[(&str, &str)],
+        rows: &[PgRow],
+        reachable_for: Millis,
+        update: &HeartbeatUpdates<'_>,
+    ) -> Result<Vec<PendingWrite>, StoreError> {
+        let mut writes = Vec::new();
         let mut answered = vec![false; keys.len()];
-        for row in &rows {
+        for row in rows {
             let position: i64 = row.try_get("position")?;
             let k = usize::try_from(position - 1)
                 .ok()
@@ -277,59 +288,52 @@ impl PostgresStore {
                     StoreError::Corrupt("a heartbeat read answered for no silo".into())
                 })?;
             answered[k] = true;
-            let positions = &by_silo[&keys[k]];
+            let positions = &batch.by_silo[&keys[k]];
             if row.try_get::<Option<String>, _>("silo")?.is_none() {
-                one_by_one.extend(positions);
+                batch.one_by_one.extend(positions);
                 continue;
             }
             let liveness = self.liveness_from_row(row, reachable_for)?;
             let read = silo_from_row(row)?;
-            let mut current = read.clone();
-            let mut answers = Vec::with_capacity(positions.len());
-            let mut declared_dead = false;
-            let mut accepted = false;
-            for &i in positions {
-                match update(i, Some(&current), &liveness) {
-                    Ok(next) => {
-                        accepted = true;
-                        current = next.clone();
-                        answers.push((i, Ok((next, liveness))));
-                    }
-                    Err(HeartbeatRejection::DeclaredDead { .. })
-                        if read.status != SiloStatus::Dead =>
-                    {
-                        declared_dead = true;
-                        break;
-                    }
-                    Err(rejection) => answers.push((i, Err(rejection))),
-                }
-            }
-            if declared_dead {
-                one_by_one.extend(positions);
+            let Some(folded) = fold_silo(&read, liveness, positions, update) else {
+                batch.one_by_one.extend(positions);
                 continue;
+            };
+            for (i, answer) in folded.answers {
+                batch.outcomes[i] = Some(Ok(answer));
             }
-            for (i, answer) in answers {
-                outcomes[i] = Some(Ok(answer));
-            }
-            if accepted {
-                writes.push((positions[0], current, read.heartbeat_count));
+            if let Some(record) = folded.record {
+                writes.push(PendingWrite {
+                    first: positions[0],
+                    record,
+                    previous_count: read.heartbeat_count,
+                });
             }
         }
-        // A silo the read did not answer for (its cluster vanished meanwhile) is asked alone.
         for (k, key) in keys.iter().enumerate() {
             if !answered[k] {
-                one_by_one.extend(&by_silo[key]);
+                batch.one_by_one.extend(&batch.by_silo[key]);
             }
         }
+        Ok(writes)
+    }
 
-        if !writes.is_empty() {
-            // In (cluster, silo) order: the statement locks the rows in the order it is given them.
-            writes.sort_by(|a, b| silos[a.0].cmp(&silos[b.0]));
-            let mut columns = HeartbeatColumns::default();
-            for (first, record, previous_count) in &writes {
-                columns.push(&silos[*first].0, record, *previous_count);
-            }
-            let written = sqlx::query(
+    /// Writes the folded records in one statement, each row only if it is still the version that
+    /// was read, and returns the drain stamp of each silo it wrote, by (cluster, silo). Two
+    /// batches that meet on the same rows in opposite orders deadlock: then nothing is written,
+    /// and the one-by-one path sorts it out.
+    async fn write_batch(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        writes: &mut [PendingWrite],
+    ) -> Result<HashMap<(String, String), Option<Millis>>, StoreError> {
+        // In (cluster, silo) order: the statement locks the rows in the order it is given them.
+        writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
+        let mut columns = HeartbeatColumns::default();
+        for write in writes.iter() {
+            columns.push(&silos[write.first].0, &write.record, write.previous_count);
+        }
+        let written = sqlx::query(
                 // The rows are locked first, one by one in the order given — (cluster, silo)
                 // order — so that two batches naming the same silos wait for each other instead
                 // of deadlocking (which Postgres would only notice after `deadlock_timeout`, a
@@ -356,58 +360,29 @@ impl PostgresStore {
                    AND s.heartbeat_count = u.previous_count
                  RETURNING s.cluster, s.silo, s.drained_at_ms",
             )
-            .bind(&columns.clusters)
-            .bind(&columns.silos)
-            .bind(&columns.addresses)
-            .bind(&columns.statuses)
-            .bind(&columns.last_heartbeats)
-            .bind(&columns.counts)
-            .bind(&columns.profiles)
-            .bind(&columns.previous_counts)
-            .bind(&columns.protected_until)
-            .fetch_all(&self.pool)
-            .await;
-            let written = match written {
-                // Two batches met on the same rows in opposite orders: the one-by-one path sorts
-                // it out.
-                Err(error) if has_sqlstate(&error, DEADLOCK_DETECTED) => Vec::new(),
-                written => written?,
-            };
-            let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
-            for row in &written {
-                drained.insert(
-                    (row.try_get("cluster")?, row.try_get("silo")?),
-                    row.try_get("drained_at_ms")?,
-                );
-            }
-            for (first, _, _) in &writes {
-                let (cluster, silo) = &silos[*first];
-                let positions = &by_silo[&(cluster.as_str(), silo.as_str())];
-                match drained.get(&(cluster.to_string(), silo.to_string())) {
-                    None => {
-                        for &i in positions {
-                            outcomes[i] = None;
-                        }
-                        one_by_one.extend(positions);
-                    }
-                    Some(None) => {}
-                    Some(Some(drained_at_ms)) => {
-                        for &i in positions {
-                            if let Some(Ok(Ok((answer, _)))) = &mut outcomes[i] {
-                                answer.status = SiloStatus::ShuttingDown;
-                                answer.drained_at_ms = Some(*drained_at_ms);
-                            }
-                        }
-                    }
-                }
-            }
+        .bind(&columns.clusters)
+        .bind(&columns.silos)
+        .bind(&columns.addresses)
+        .bind(&columns.statuses)
+        .bind(&columns.last_heartbeats)
+        .bind(&columns.counts)
+        .bind(&columns.profiles)
+        .bind(&columns.previous_counts)
+        .bind(&columns.protected_until)
+        .fetch_all(&self.pool)
+        .await;
+        let written = match written {
+            Err(error) if has_sqlstate(&error, DEADLOCK_DETECTED) => Vec::new(),
+            written => written?,
+        };
+        let mut drained = HashMap::new();
+        for row in &written {
+            drained.insert(
+                (row.try_get("cluster")?, row.try_get("silo")?),
+                row.try_get("drained_at_ms")?,
+            );
         }
-
-        one_by_one.sort_unstable();
-        Ok(BatchedHeartbeats {
-            outcomes,
-            one_by_one,
-        })
+        Ok(drained)
     }
 }
 
@@ -416,6 +391,151 @@ impl PostgresStore {
 pub(super) struct BatchedHeartbeats {
     pub(super) outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>>,
     pub(super) one_by_one: Vec<usize>,
+}
+
+/// A batch of heartbeats on its way through the batched statements: where each silo's heartbeats
+/// are, the answers settled so far, and the heartbeats left to the one-by-one path.
+struct HeartbeatBatch<'s> {
+    silos: &'s [(ClusterName, SiloId)],
+    /// Positions of each silo's heartbeats, in batch order; silos in (cluster, silo) order so
+    /// that concurrent batches lock rows in one order.
+    by_silo: BTreeMap<(&'s str, &'s str), Vec<usize>>,
+    outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>>,
+    one_by_one: Vec<usize>,
+}
+
+impl<'s> HeartbeatBatch<'s> {
+    fn new(silos: &'s [(ClusterName, SiloId)]) -> Self {
+        let mut by_silo: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+        for (i, (cluster, silo)) in silos.iter().enumerate() {
+            by_silo
+                .entry((cluster.as_str(), silo.as_str()))
+                .or_default()
+                .push(i);
+        }
+        Self {
+            silos,
+            by_silo,
+            outcomes: (0..silos.len()).map(|_| None).collect(),
+            one_by_one: Vec::new(),
+        }
+    }
+
+    /// The clusters the batch names, each once, in order.
+    fn clusters(&self) -> Vec<&'s ClusterName> {
+        let mut clusters: Vec<&ClusterName> = self.silos.iter().map(|(c, _)| c).collect();
+        clusters.sort();
+        clusters.dedup();
+        clusters
+    }
+
+    /// Settles every heartbeat of `cluster` as failed with `error`.
+    fn fail_cluster(&mut self, cluster: &ClusterName, error: &StoreError) {
+        for (i, (c, _)) in self.silos.iter().enumerate() {
+            if c == cluster {
+                self.outcomes[i] = Some(Err(error.clone()));
+            }
+        }
+    }
+
+    /// The silos whose heartbeats are not settled yet (their cluster exists), in (cluster, silo)
+    /// order: the ones to read.
+    fn silos_to_read(&self) -> Vec<(&'s str, &'s str)> {
+        self.by_silo
+            .iter()
+            .filter(|(_, positions)| self.outcomes[positions[0]].is_none())
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// Settles the heartbeats of the silos written, given the drain stamp of each row the write
+    /// changed. A silo drained meanwhile answers shutting down, as the statement kept it. A silo
+    /// whose row changed since it was read was not written: its answers are dropped and its
+    /// heartbeats take the one-by-one path.
+    fn settle_writes(
+        &mut self,
+        writes: &[PendingWrite],
+        drained: &HashMap<(String, String), Option<Millis>>,
+    ) {
+        for write in writes {
+            let (cluster, silo) = &self.silos[write.first];
+            let positions = &self.by_silo[&(cluster.as_str(), silo.as_str())];
+            match drained.get(&(cluster.to_string(), silo.to_string())) {
+                None => {
+                    for &i in positions {
+                        self.outcomes[i] = None;
+                    }
+                    self.one_by_one.extend(positions);
+                }
+                Some(None) => {}
+                Some(Some(drained_at_ms)) => {
+                    for &i in positions {
+                        if let Some(Ok(Ok((answer, _)))) = &mut self.outcomes[i] {
+                            answer.status = SiloStatus::ShuttingDown;
+                            answer.drained_at_ms = Some(*drained_at_ms);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the batched statements settled, and the heartbeats left, in batch order.
+    fn finish(mut self) -> BatchedHeartbeats {
+        self.one_by_one.sort_unstable();
+        BatchedHeartbeats {
+            outcomes: self.outcomes,
+            one_by_one: self.one_by_one,
+        }
+    }
+}
+
+/// One silo's heartbeats folded onto its row as read.
+struct FoldedSilo {
+    /// Each heartbeat's answer, by its position in the batch.
+    answers: Vec<(usize, HeartbeatOutcome)>,
+    /// The record to write, when a heartbeat was accepted.
+    record: Option<SiloRecord>,
+}
+
+/// Applies one silo's heartbeats in order, each to the record the one before it left, judged at
+/// the read's instant. `None` when one declares a silo not yet marked dead dead: making it dead
+/// takes the death protocol, which only the one-by-one path follows.
+fn fold_silo(
+    read: &SiloRecord,
+    liveness: Liveness,
+    positions: &[usize],
+    update: &HeartbeatUpdates<'_>,
+) -> Option<FoldedSilo> {
+    let mut current = read.clone();
+    let mut answers = Vec::with_capacity(positions.len());
+    let mut accepted = false;
+    for &i in positions {
+        match update(i, Some(&current), &liveness) {
+            Ok(next) => {
+                accepted = true;
+                current = next.clone();
+                answers.push((i, Ok((next, liveness))));
+            }
+            Err(HeartbeatRejection::DeclaredDead { .. }) if read.status != SiloStatus::Dead => {
+                return None;
+            }
+            Err(rejection) => answers.push((i, Err(rejection))),
+        }
+    }
+    Some(FoldedSilo {
+        answers,
+        record: accepted.then_some(current),
+    })
+}
+
+/// A silo's folded record, to be written if its row is still the version read.
+struct PendingWrite {
+    /// The position of the silo's first heartbeat in the batch.
+    first: usize,
+    record: SiloRecord,
+    /// The row's version (`heartbeat_count`) as read.
+    previous_count: i64,
 }
 
 /// The columns of a batched heartbeat write, one entry per silo.
