@@ -321,9 +321,22 @@ impl From<StoreError> for ApiError {
                 "this replica holds as many store calls as it will queue; retry shortly (a retried placement returns whatever an earlier attempt registered)",
             )
             .retry_after(1),
-            // Logged once when the circuit opened, not for every request refused meanwhile.
-            StoreError::Unreachable => Self::store_unavailable(),
-            StoreError::Database(_) | StoreError::Migration(_) => {
+            // Without a detail (the circuit refusing a call, a call past the store's deadline):
+            // logged once when the outage began, not for every request refused meanwhile.
+            StoreError::Unreachable(detail)
+            | StoreError::ReadOnly(detail)
+            | StoreError::TimedOut(detail)
+                if detail.is_empty() =>
+            {
+                Self::store_unavailable()
+            }
+            // With a detail, logged here once. A read-only database is answered like an
+            // unreachable one, for now.
+            StoreError::Unreachable(_)
+            | StoreError::ReadOnly(_)
+            | StoreError::TimedOut(_)
+            | StoreError::Schema(_)
+            | StoreError::Failed(_) => {
                 tracing::error!(%error, "store unavailable");
                 Self::store_unavailable()
             }

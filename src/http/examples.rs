@@ -186,7 +186,7 @@ fn by_status(status: &str) -> Option<ApiError> {
         .into(),
         "428" => ApiError::if_match_required(),
         "429" => rate_limited(Kind::Placements, Rates::DEFAULT.placements),
-        "503" => StoreError::Unreachable.into(),
+        "503" => StoreError::Unreachable(String::new()).into(),
         _ => return None,
     })
 }

@@ -5,6 +5,7 @@
 
 use async_trait::async_trait;
 
+use super::error::{deadlock_as_contention, PgError};
 use super::PostgresStore;
 use crate::cluster::ClusterName;
 use crate::store::{EdgeIntake, EdgeReport, EdgeStore, PendingEdge, StoreError};
@@ -15,7 +16,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         edges: &[EdgeReport],
         max_unprocessed: u32,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<u64>, PgError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO edge_intake (cluster) SELECT name FROM clusters WHERE name = $1
@@ -103,10 +104,10 @@ impl EdgeStore for PostgresStore {
         edges: &[EdgeReport],
         max_unprocessed: u32,
     ) -> Result<Option<u64>, StoreError> {
-        let outcome = self
-            .guard(self.try_append_edges(cluster, edges, max_unprocessed))
-            .await;
-        super::deadlock_as_contention(outcome)
+        self.guard(async {
+            deadlock_as_contention(self.try_append_edges(cluster, edges, max_unprocessed).await)
+        })
+        .await
     }
 
     async fn pending_edges(

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
+use super::error::{deadlock_as_contention, PgError};
 use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId};
@@ -115,7 +116,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         id: i64,
         ttl_ms: Millis,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<Completion, PgError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
@@ -252,7 +253,7 @@ async fn refuse(
     cluster: &ClusterName,
     migration: Migration,
     refusal: Refusal,
-) -> Result<Completion, StoreError> {
+) -> Result<Completion, PgError> {
     remove(&mut tx, cluster, migration.id).await?;
     tx.commit().await?;
     Ok(Completion::Refused { migration, refusal })
@@ -262,7 +263,7 @@ async fn remove(
     tx: &mut Transaction<'_, Postgres>,
     cluster: &ClusterName,
     id: i64,
-) -> Result<(), StoreError> {
+) -> Result<(), PgError> {
     sqlx::query("DELETE FROM migrations WHERE cluster = $1 AND id = $2")
         .bind(cluster.as_str())
         .bind(id)
@@ -300,10 +301,10 @@ impl MigrationStore for PostgresStore {
         id: i64,
         ttl_ms: Millis,
     ) -> Result<Completion, StoreError> {
-        let outcome = self
-            .guard(self.try_complete_migration(cluster, id, ttl_ms))
-            .await;
-        super::deadlock_as_contention(outcome)
+        self.guard(async {
+            deadlock_as_contention(self.try_complete_migration(cluster, id, ttl_ms).await)
+        })
+        .await
     }
 
     async fn open_migration_counts(

@@ -10,7 +10,8 @@
 //! a break, and the death rule (`cluster::silo::Liveness`) counts no silence from before then.
 //!
 //! What counts as not reaching the store is whatever a real stop, restart, crash or failover
-//! looks like to a client ([`StoreError::reach`]): refused connections, sessions terminated
+//! looks like to a client ([`StoreError::reach`], of the errors `super::error` makes of sqlx's):
+//! refused connections, sessions terminated
 //! (57P01), a server starting up or shutting down, a server that can no longer write — and calls
 //! that got no answer in time (a wait for a pooled connection, a statement past its deadline)
 //! while no other call got one either: no connection could be made, or the network swallowed
@@ -22,8 +23,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Reach, StoreError};
 use crate::clock::{Clock, Millis};
+use crate::store::{Reach, StoreError};
 use crate::telemetry::metric;
 
 /// While the circuit is open, one call per interval goes through to find out whether the store is
@@ -111,7 +112,7 @@ impl StoreHealth {
                 state.open_since_probe = Some(now);
                 Ok(())
             }
-            Some(_) => Err(StoreError::Unreachable),
+            Some(_) => Err(StoreError::Unreachable(String::new())),
         }
     }
 
@@ -208,14 +209,14 @@ mod tests {
     use crate::clock::ManualClock;
 
     fn io_error() -> StoreError {
-        StoreError::Database(Arc::new(sqlx::Error::Io(std::io::Error::new(
+        StoreError::from(sqlx::Error::Io(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
             "refused",
-        ))))
+        )))
     }
 
     fn pool_timed_out() -> StoreError {
-        StoreError::Database(Arc::new(sqlx::Error::PoolTimedOut))
+        StoreError::from(sqlx::Error::PoolTimedOut)
     }
 
     fn health_at(clock: &ManualClock) -> StoreHealth {
@@ -272,7 +273,7 @@ mod tests {
     fn what_a_real_server_stop_looks_like_is_an_outage() {
         let terminated = |code: &'static str| {
             // The server's FATAL error as sqlx reports it.
-            StoreError::Database(Arc::new(sqlx::Error::Database(Box::new(TestDbError(code)))))
+            StoreError::from(sqlx::Error::Database(Box::new(TestDbError(code))))
         };
         for error in [
             io_error(),
@@ -283,7 +284,7 @@ mod tests {
             terminated("25006"), // read_only_sql_transaction: a standby cannot take the write
             terminated("53300"), // too_many_connections
             terminated("58030"), // io_error on the server
-            StoreError::Unreachable,
+            StoreError::Unreachable(String::new()),
         ] {
             assert_eq!(error.reach(), Reach::Unreachable, "{error}");
         }
@@ -296,6 +297,12 @@ mod tests {
             assert_eq!(answer.reach(), Reach::Answered, "{answer}");
         }
         assert_eq!(StoreError::Overloaded.reach(), Reach::Unknown);
+        // In the domain's words: a standby is read-only (answered as unreachable for now), and
+        // whatever else the server refuses is a failure it answered.
+        assert!(matches!(terminated("25006"), StoreError::ReadOnly(_)));
+        assert!(matches!(terminated("57P01"), StoreError::Unreachable(_)));
+        assert!(matches!(terminated("23505"), StoreError::Failed(_)));
+        assert!(matches!(pool_timed_out(), StoreError::TimedOut(_)));
     }
 
     #[test]
@@ -313,7 +320,7 @@ mod tests {
         );
         assert_eq!(verdict, Verdict::OutageBegan);
         assert!(
-            matches!(outcome, Err(StoreError::Database(_))),
+            matches!(outcome, Err(StoreError::TimedOut(_))),
             "the error is kept"
         );
         assert_eq!(health.reachable_for(), 0);
@@ -371,10 +378,10 @@ mod tests {
         let health = health_at(&clock);
         call(&health, &clock, 1, Ok(()));
         call(&health, &clock, 1, Err(io_error()));
-        assert!(matches!(health.admit(), Err(StoreError::Unreachable)));
+        assert!(matches!(health.admit(), Err(StoreError::Unreachable(_))));
         clock.advance_ms(PROBE_INTERVAL_MS);
         health.admit().expect("a probe goes through");
-        assert!(matches!(health.admit(), Err(StoreError::Unreachable)));
+        assert!(matches!(health.admit(), Err(StoreError::Unreachable(_))));
         assert_eq!(
             call(&health, &clock, 1, Err(io_error())),
             Verdict::StillDown

@@ -1,0 +1,104 @@
+//! Postgres' errors in the store's words: which of sqlx's errors and which SQLSTATEs mean the
+//! database cannot be reached, cannot take a write, or gave no answer in time. Nothing above the
+//! store sees sqlx or a SQLSTATE; what they say is decided here, once.
+//!
+//! A few calls answer one SQLSTATE differently — a deadlock is contention there, retried by the
+//! client — so their statements keep sqlx's error ([`PgError`]) until the call's end, where
+//! [`deadlock_as_contention`] reads its SQLSTATE before it becomes a [`StoreError`].
+
+use crate::store::StoreError;
+
+/// SQLSTATE of a foreign key violation.
+pub(super) const FOREIGN_KEY_VIOLATION: &str = "23503";
+/// SQLSTATE of a deadlock (two statements locking silo rows in opposite orders; rare, retryable).
+pub(super) const DEADLOCK_DETECTED: &str = "40P01";
+/// SQLSTATE of a write refused by a read-only transaction: a standby, or a primary set read-only.
+const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+
+/// Whether the error is the database's, with this SQLSTATE.
+pub(super) fn has_sqlstate(error: &sqlx::Error, sqlstate: &str) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(sqlstate))
+}
+
+/// SQLSTATEs of a server that cannot serve: connection exceptions (class 08), insufficient
+/// resources (53: too many connections, out of memory or disk), the server's own I/O errors (58),
+/// the server shutting down, crashing or starting up (57P01–57P03). (A read-only transaction
+/// refusing a write, 25006, cannot serve either — no heartbeat can be stored — and is
+/// [`StoreError::ReadOnly`].)
+fn server_unavailable(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("58")
+        || matches!(code, "57P01" | "57P02" | "57P03")
+}
+
+impl From<sqlx::Error> for StoreError {
+    /// Every way a real server stop, restart, crash or failover shows itself to a client is
+    /// [`StoreError::Unreachable`] (or [`StoreError::ReadOnly`]: a standby cannot store a
+    /// heartbeat either); a wait for a pooled connection that timed out is
+    /// [`StoreError::TimedOut`]; whatever else the database says is [`StoreError::Failed`].
+    fn from(error: sqlx::Error) -> Self {
+        let detail = error.to_string();
+        match &error {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => StoreError::Unreachable(detail),
+            sqlx::Error::PoolTimedOut => StoreError::TimedOut(detail),
+            sqlx::Error::Database(db) => match db.code() {
+                Some(code) if code == READ_ONLY_SQL_TRANSACTION => StoreError::ReadOnly(detail),
+                Some(code) if server_unavailable(&code) => StoreError::Unreachable(detail),
+                _ => StoreError::Failed(detail),
+            },
+            _ => StoreError::Failed(detail),
+        }
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Schema(error.to_string())
+    }
+}
+
+/// An error of a call that answers some SQLSTATEs its own way: sqlx's error as it came (its
+/// SQLSTATE still readable), or one the store made itself. It becomes a [`StoreError`] at the
+/// call's end ([`deadlock_as_contention`]), or through `?` in a call that does not look.
+#[derive(Debug)]
+pub(super) enum PgError {
+    Sqlx(sqlx::Error),
+    Store(StoreError),
+}
+
+impl From<sqlx::Error> for PgError {
+    fn from(error: sqlx::Error) -> Self {
+        PgError::Sqlx(error)
+    }
+}
+
+impl From<StoreError> for PgError {
+    fn from(error: StoreError) -> Self {
+        PgError::Store(error)
+    }
+}
+
+impl From<PgError> for StoreError {
+    fn from(error: PgError) -> Self {
+        match error {
+            PgError::Sqlx(error) => error.into(),
+            PgError::Store(error) => error,
+        }
+    }
+}
+
+/// A deadlock between two statements locking silo rows in opposite orders is rare and safe to
+/// retry: answered as contention (503 with Retry-After), not as an outage.
+pub(super) fn deadlock_as_contention<T>(outcome: Result<T, PgError>) -> Result<T, StoreError> {
+    match outcome {
+        Err(PgError::Sqlx(error)) if has_sqlstate(&error, DEADLOCK_DETECTED) => {
+            Err(StoreError::Contended(1))
+        }
+        other => other.map_err(StoreError::from),
+    }
+}
