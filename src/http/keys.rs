@@ -53,11 +53,12 @@ pub struct KeyResponse {
 
 impl From<StoredKey> for KeyResponse {
     fn from(key: StoredKey) -> Self {
+        let scopes = crate::oracle::scopes_of(&key);
         Self {
             starts_with: format!("{KEY_PREFIX}{}_", key.id),
             id: key.id,
             cluster: key.cluster.to_string(),
-            scopes: key.scopes,
+            scopes,
             label: key.label,
             created_at_ms: key.created_at_ms,
         }

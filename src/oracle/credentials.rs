@@ -163,7 +163,7 @@ impl Credentials {
         Ok(Caller::Key {
             id: key.id.clone(),
             cluster: key.cluster.clone(),
-            scopes: key.scopes.clone(),
+            scopes: scopes_of(&key),
         })
     }
 
@@ -184,7 +184,7 @@ impl Credentials {
         let record = StoredKey {
             id,
             cluster: cluster.clone(),
-            scopes,
+            scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
             label,
             hash: hasher.hash(key.expose()),
             created_at_ms: 0,
@@ -211,4 +211,10 @@ impl Credentials {
         }
         Ok(revoked)
     }
+}
+
+/// What a stored key may do: the scopes its names stand for (a name this version does not know,
+/// written by a newer one, grants nothing here).
+pub fn scopes_of(key: &StoredKey) -> Vec<Scope> {
+    key.scopes.iter().filter_map(|name| Scope::parse(name)).collect()
 }

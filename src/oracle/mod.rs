@@ -24,7 +24,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use connections::{Connection, ConnectionExplanation, Connections};
-pub use credentials::{AdminCredentials, Credentials, IssuedKey, Unidentified};
+pub use credentials::{scopes_of, AdminCredentials, Credentials, IssuedKey, Unidentified};
 pub use directory::{
     CacheSettings, Directory, Distribution, Flow, Outcome, Page, PlaceRequest, Placement, Preview,
     SiloShare, MAX_WEBHOOK_ANSWER_BYTES,

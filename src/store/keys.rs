@@ -16,8 +16,9 @@ pub struct StoredKey {
     /// Public: the part of the key after `pok_` and before the secret.
     pub id: String,
     pub cluster: ClusterName,
-    /// Sorted, without duplicates.
-    pub scopes: Vec<crate::auth::Scope>,
+    /// The names of the scopes it was issued with, sorted, without duplicates. The store keeps
+    /// them as given: what a scope allows is the credentials' business (`auth::Scope`).
+    pub scopes: Vec<String>,
     /// Who or what the key is for, as the admin wrote it.
     pub label: String,
     pub hash: Vec<u8>,

@@ -3,7 +3,6 @@
 use async_trait::async_trait;
 
 use super::PostgresStore;
-use crate::auth::Scope;
 use crate::cluster::ClusterName;
 use crate::store::{KeyStore, LimitReached, StoreError, StoredKey, MAX_KEYS_PER_CLUSTER};
 
@@ -16,10 +15,6 @@ fn stored_key(
 ) -> Result<StoredKey, StoreError> {
     let corrupt = |what: String| StoreError::Corrupt(format!("key {id}: {what}"));
     let cluster = ClusterName::parse(&cluster).map_err(|e| corrupt(e.to_string()))?;
-    let scopes = scopes
-        .iter()
-        .map(|s| Scope::parse(s).ok_or_else(|| corrupt(format!("unknown scope {s:?}"))))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(StoredKey {
         id,
         cluster,
@@ -34,7 +29,7 @@ impl PostgresStore {
     async fn try_insert_key(&self, key: StoredKey) -> Result<StoredKey, StoreError> {
         // The count and the insert are one statement; two admins issuing the cluster's last
         // allowed key at the same instant may both succeed, which the limit can bear.
-        let scopes: Vec<&str> = key.scopes.iter().map(|s| s.as_str()).collect();
+        let scopes: Vec<&str> = key.scopes.iter().map(String::as_str).collect();
         let row: Option<KeyRow> = sqlx::query_as(&format!(
             "INSERT INTO cluster_keys ({COLUMNS})
              SELECT $1, $2, $3, $4, $5, COALESCE($6::int8, oracle_now_ms())
