@@ -216,5 +216,8 @@ impl Credentials {
 /// What a stored key may do: the scopes its names stand for (a name this version does not know,
 /// written by a newer one, grants nothing here).
 pub fn scopes_of(key: &StoredKey) -> Vec<Scope> {
-    key.scopes.iter().filter_map(|name| Scope::parse(name)).collect()
+    key.scopes
+        .iter()
+        .filter_map(|name| Scope::parse(name))
+        .collect()
 }

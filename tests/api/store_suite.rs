@@ -452,6 +452,7 @@ async fn a_silos_activations_are_listed_in_pages(backend: Backend) {
     placed.sort();
 
     let mut listed = Vec::new();
+    let mut sizes = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let query = match &cursor {
@@ -462,15 +463,30 @@ async fn a_silos_activations_are_listed_in_pages(backend: Backend) {
             None => "/activations?silo=a@1&limit=3".to_owned(),
         };
         let page = app.get(&query).await.body;
-        for a in page["activations"].as_array().unwrap() {
+        let activations = page["activations"].as_array().unwrap();
+        sizes.push(activations.len());
+        for a in activations {
+            assert_eq!(a["silo"], "a@1", "{a}");
             listed.push(a["grain"].as_str().unwrap().to_owned());
         }
         match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
+            Some(next) => {
+                assert_eq!(
+                    Some(next),
+                    listed.last().map(String::as_str),
+                    "the cursor is the last grain"
+                );
+                cursor = Some(next.to_owned());
+            }
             None => break,
         }
     }
-    assert_eq!(listed, placed);
+    assert_eq!(
+        sizes,
+        [3, 3, 1],
+        "pages of `limit` grains, the last one short"
+    );
+    assert_eq!(listed, placed, "every grain once, in order");
 }
 
 async fn a_batch_places_many_grains_with_one_result_each(backend: Backend) {
