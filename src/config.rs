@@ -681,7 +681,7 @@ mod tests {
 
     #[test]
     fn webhook_hosts_are_the_list_plus_loopback_in_open_mode_and_bad_entries_are_named() {
-        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let url = |u: &str| url::Url::parse(u).unwrap();
         let mut config = Config::defaults();
         config.admin_token = None;
         config.admin_token_file = None;

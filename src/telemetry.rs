@@ -155,7 +155,7 @@ pub mod metric {
         );
         describe_gauge!(
             SILOS,
-            "Silos by stored status, all clusters, as of the last gauge refresh (every 10 s)"
+            "Silos by stored status, all clusters, as of the last gauge refresh (every 5 s)"
         );
         describe_counter!(
             SILOS_DECLARED_DEAD,
@@ -163,7 +163,7 @@ pub mod metric {
         );
         describe_gauge!(
             DIRECTORY_ENTRIES,
-            "Grain directory entries, all clusters, as of the last gauge refresh (every 10 s)"
+            "Grain directory entries, all clusters, as of the last gauge refresh (every 5 s)"
         );
         describe_counter!(CONNECTIONS, "Connection answers by rule");
         describe_counter!(

@@ -1,5 +1,5 @@
 //! Every periodic task of a replica, in one place, started and stopped together: the membership
-//! sweep, the movers' driver (drains and the rebalancer, the repartitioner to come), and the DNS
+//! sweep, the movers' driver (stale migrations, drains, the rebalancer and the repartitioner), and the DNS
 //! listener beside them.
 //!
 //! [`Background::stop`] signals every task and waits for each to finish its current step; `serve`

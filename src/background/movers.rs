@@ -1,8 +1,9 @@
 //! The movers' driver: every [`MOVERS_TICK`], for each cluster whose grains may have to move (its
 //! rebalancer is enabled, a silo is being drained, or migrations are open), keep (or wait for) the
 //! cluster's lease and do whatever is due ([`Movers::drive`]): cancel stale migrations, issue
-//! drain migrations, run the rebalancer's cycle. Every replica runs it; the lease makes exactly
-//! one of them act for a cluster, and another takes over within a lease period when it stops.
+//! drain migrations, run the rebalancer's cycle and the repartitioner's step. Every replica runs
+//! it; the lease makes exactly one of them act for a cluster, and another takes over within a
+//! lease period when it stops.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -16,6 +16,7 @@ mod directory;
 mod members;
 mod movers;
 mod policies;
+mod snapshot;
 mod views;
 
 use std::sync::{Arc, Mutex};
@@ -29,12 +30,13 @@ pub use directory::{
     CacheSettings, Directory, Distribution, Flow, Outcome, Page, PlaceRequest, Placement, Preview,
     SiloShare, MAX_WEBHOOK_ANSWER_BYTES,
 };
-pub use members::{Members, SiloListing, SiloSnapshot};
+pub use members::{Members, SiloListing};
 pub use movers::{
-    DrainProgress, Drained, DriverStep, EdgesTaken, MigrationListing, Moved, Movers,
-    RebalancerCycle, RebalancerStatus, RepartitionerRound, RepartitionerStatus,
+    Drained, DriverStep, EdgesTaken, MigrationListing, Moved, Movers, RebalancerCycle,
+    RebalancerStatus, RepartitionerRound, RepartitionerStatus,
 };
 pub use policies::Policies;
+pub use snapshot::{DrainProgress, SiloSnapshot};
 
 use crate::cluster::HeartbeatRejection;
 use crate::placement::webhook_hosts::WebhookHosts;

@@ -17,7 +17,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use reqwest::Url;
+use url::Url;
 
 /// The variable and flag that set the list, as messages name them.
 pub const SETTING: &str = "ORACLE_WEBHOOK_ALLOWED_HOSTS (--webhook-allowed-hosts)";

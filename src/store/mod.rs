@@ -24,7 +24,7 @@
 //!   contended, overloaded, corrupt, a limit, failed), what it says about reaching the database
 //!   ([`Reach`]), and the limits that refuse writes ([`LimitReached`]). No sqlx in it: the Postgres
 //!   store says what its errors mean (`postgres/error.rs`), and keeps its circuit breaker
-//!   ([`health`]) beside it.
+//!   ([`postgres::health`]) beside it.
 //!
 //! This file holds what concerns a store as a whole: [`Store`], which every aggregate's trait
 //! makes up, its clock and settings, and the counts it reports.
@@ -41,10 +41,6 @@ mod pools;
 
 pub mod memory;
 pub mod postgres;
-
-/// The circuit breaker and reachability record of the Postgres store, where it lives; kept at
-/// this path too, where the tests name [`health::PROBE_INTERVAL_MS`].
-pub use postgres::health;
 
 use std::sync::Arc;
 

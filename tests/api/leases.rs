@@ -1,11 +1,11 @@
-//! Silo leases and the outage rule (issue 21), at the API: what an acknowledged heartbeat grants,
+//! Silo leases and the outage rule, at the API: what an acknowledged heartbeat grants,
 //! that no TTL change cuts a granted lease short, and that a replica counts no silence from before
 //! it last began reaching the store without a break — whether it just started or came back from
 //! any number of outages. (The runtime's side, under real faults, is `tests/runtime/`.)
 
 use axum::http::StatusCode;
 use placement_oracle::clock::{Clock, ManualClock};
-use placement_oracle::store::health::PROBE_INTERVAL_MS;
+use placement_oracle::store::postgres::health::PROBE_INTERVAL_MS;
 use serde_json::json;
 
 use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, START_MS, TTL_MS};

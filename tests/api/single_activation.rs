@@ -1,5 +1,5 @@
-//! The single-activation promise under clock skew, races, retries, restarts and hostile load
-//! (issue 7): one test per hole a review found, each failing on the code before its fix.
+//! The single-activation promise under clock skew, races, retries, restarts and hostile load:
+//! one test per hole a review found, each failing on the code before its fix.
 
 use std::time::Duration;
 
@@ -385,13 +385,13 @@ async fn a_store_outage_longer_than_the_ttl_kills_no_silo_and_releases_no_grain(
     }
     link.restore();
     app.clock
-        .advance_ms(placement_oracle::store::health::PROBE_INTERVAL_MS);
+        .advance_ms(placement_oracle::store::postgres::health::PROBE_INTERVAL_MS);
     // The first sweep after the outage finds everyone silent for three TTLs, and must not judge.
     let mut back = app.oracle.members.sweep().await;
     while back.is_err() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         app.clock
-            .advance_ms(placement_oracle::store::health::PROBE_INTERVAL_MS);
+            .advance_ms(placement_oracle::store::postgres::health::PROBE_INTERVAL_MS);
         back = app.oracle.members.sweep().await;
     }
     assert_eq!(back.unwrap(), 0, "no silo declared dead");

@@ -427,7 +427,7 @@ async fn deactivation_only_removes_the_entry_on_the_named_silo(backend: Backend)
     );
 }
 
-/// Issue 7, item 4: without an epoch, a late retry meant for an older activation removed the
+/// Without an epoch, a late retry meant for an older activation removed the
 /// grain's newer one. The epoch is required now.
 async fn a_deactivation_must_name_the_epoch_it_ends(backend: Backend) {
     let app = TestApp::new(backend).await;

@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::batcher::Batcher;
+use super::snapshot::{with_drain_progress, SiloSnapshot};
 use super::views::ClusterViews;
 use super::OracleError;
-use crate::clock::Millis;
 use crate::cluster::silo::changes_membership;
 use crate::cluster::{
     heartbeat, lease, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord,
-    SiloStatus,
 };
 use crate::store::{Departure, Store, StoreError};
+use crate::telemetry::metric;
 
 /// Heartbeats, membership and the sweep.
 pub struct Members {
@@ -24,33 +24,6 @@ pub struct Members {
     heartbeats: Batcher<(ClusterName, Heartbeat), HeartbeatAnswer>,
     /// Deaths the sweep defers because of a store outage (see [`sweeper::DeferredDeaths`]).
     deferred_deaths: Mutex<sweeper::DeferredDeaths>,
-}
-
-/// How far a silo's drain has got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DrainProgress {
-    /// When the drain was asked for, on the store's clock.
-    pub requested_at_ms: Millis,
-    /// Directory entries still on the silo.
-    pub remaining_activations: u64,
-    /// Of those, how many have an open migration.
-    pub migrating: u64,
-}
-use crate::telemetry::metric;
-
-/// A silo as seen at one instant: its record, and the judge that gives its status.
-#[derive(Debug, Clone)]
-pub struct SiloSnapshot {
-    pub record: SiloRecord,
-    pub liveness: Liveness,
-    /// How far its drain has got, when it is drained and alive.
-    pub drain: Option<DrainProgress>,
-}
-
-impl SiloSnapshot {
-    pub fn status(&self) -> SiloStatus {
-        self.record.status_at(&self.liveness)
-    }
 }
 
 /// One page of a cluster's silos.
@@ -273,28 +246,4 @@ async fn heartbeat_batch(
 /// paused its grains meanwhile.
 fn lease_lapsed(previous: &SiloRecord, next: &SiloRecord, liveness: &Liveness) -> bool {
     next.last_heartbeat_ms - previous.last_heartbeat_ms >= lease::lease_ms(liveness.silo_ttl_ms)
-}
-
-/// `snapshot` with its drain's progress, when the silo is drained and alive.
-pub(super) async fn with_drain_progress(
-    store: &dyn Store,
-    cluster: &ClusterName,
-    mut snapshot: SiloSnapshot,
-) -> Result<SiloSnapshot, OracleError> {
-    let Some(requested_at_ms) = snapshot.record.drained_at_ms else {
-        return Ok(snapshot);
-    };
-    if snapshot.status() == SiloStatus::Dead {
-        return Ok(snapshot);
-    }
-    let counts = store
-        .silo_counts(cluster, &snapshot.record.id)
-        .await
-        .inspect_err(|_| metric::store_error("silo_counts"))?;
-    snapshot.drain = Some(DrainProgress {
-        requested_at_ms,
-        remaining_activations: counts.activations,
-        migrating: counts.migrating,
-    });
-    Ok(snapshot)
 }

@@ -92,8 +92,9 @@ impl Movers {
             issued = issued.as_ref().map(|i| i.migrations.len()),
             "silo drained"
         );
-        let silo = super::super::members::with_drain_progress(self.store.as_ref(), cluster, marked)
-            .await?;
+        let silo =
+            super::super::snapshot::with_drain_progress(self.store.as_ref(), cluster, marked)
+                .await?;
         Ok(Drained {
             silo,
             issued,

@@ -23,7 +23,6 @@ pub use rebalancing::{RebalancerCycle, RebalancerStatus};
 pub use repartitioning::{EdgesTaken, RepartitionerRound, RepartitionerStatus};
 
 use super::directory::DirectoryCache;
-pub use super::members::DrainProgress;
 use super::views::ClusterViews;
 use super::{lock_rng, OracleError, Replica, SharedRng, SiloSnapshot};
 use crate::cluster::ClusterName;

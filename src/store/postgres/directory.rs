@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use super::deaths::{release_chunk, retire};
 use super::error::{deadlock_as_contention, has_sqlstate, PgError, FOREIGN_KEY_VIOLATION};
-use super::membership::retire;
 use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
@@ -546,38 +546,6 @@ impl PostgresStore {
             }
         }
     }
-}
-
-/// Deletes up to `limit` of a dead silo's entries, by primary key; when fewer were left, marks the
-/// silo released (no entry can appear on it after its death commits). Returns how many it deleted.
-pub(super) async fn release_chunk(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    cluster: &str,
-    silo: &str,
-    limit: u32,
-) -> Result<u64, PgError> {
-    let released = sqlx::query(
-        "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
-            SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
-    )
-    .bind(cluster)
-    .bind(silo)
-    .bind(i64::from(limit))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if released < u64::from(limit) {
-        sqlx::query(
-            "UPDATE silos SET released = true
-             WHERE cluster = $1 AND silo = $2 AND status = 'dead'
-               AND (SELECT 1 FROM activations WHERE cluster = $1 AND silo = $2 LIMIT 1) IS NULL",
-        )
-        .bind(cluster)
-        .bind(silo)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(released)
 }
 
 #[async_trait]

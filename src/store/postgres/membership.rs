@@ -16,7 +16,7 @@ use sqlx::types::Json;
 use sqlx::Row;
 
 use self::heartbeats::BatchedHeartbeats;
-use super::directory::release_chunk;
+use super::deaths::{release_chunk, retire};
 use super::error::{deadlock_as_contention, PgError};
 use super::{cluster_names, decode_stored, PostgresStore};
 use crate::cluster::silo::SiloProfile;
@@ -320,44 +320,6 @@ fn silos_from_rows(rows: &[PgRow]) -> Result<Vec<SiloRecord>, StoreError> {
         }
     }
     Ok(silos)
-}
-
-/// Records the generations of silos that just died (in the death's transaction): per address the
-/// newest dead generation, which every id not newer than it is refused by, for ever.
-pub(super) async fn retire<'a>(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    dead: impl Iterator<Item = (&'a str, &'a str)>,
-) -> Result<(), PgError> {
-    let mut newest: HashMap<(&str, String), i64> = HashMap::new();
-    for (cluster, silo) in dead {
-        let id = SiloId::parse("silo", silo).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let (address, generation) = id.incarnation();
-        let entry = newest
-            .entry((cluster, address.to_owned()))
-            .or_insert(generation);
-        *entry = (*entry).max(generation);
-    }
-    if newest.is_empty() {
-        return Ok(());
-    }
-    let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
-    for ((cluster, address), generation) in newest {
-        clusters.push(cluster);
-        addresses.push(address);
-        generations.push(generation);
-    }
-    sqlx::query(
-        "INSERT INTO retired_generations (cluster, address, generation)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
-         ON CONFLICT (cluster, address)
-         DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
-    )
-    .bind(&clusters)
-    .bind(&addresses)
-    .bind(&generations)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 #[async_trait]

@@ -20,6 +20,7 @@
 //! connecting, migrating, the circuit every call goes through (`guard`), the helpers the
 //! aggregates share, and [`Store`].
 
+mod deaths;
 mod directory;
 mod edges;
 mod error;
@@ -50,7 +51,7 @@ use crate::cluster::{ClusterName, Liveness, SiloStatus};
 const STATEMENT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Exact directory counts for the gauge up to this many entries; the planner's estimate beyond
-/// (counting ten million rows every ten seconds would cost more than the gauge is worth).
+/// (counting ten million rows every five seconds would cost more than the gauge is worth).
 const EXACT_COUNT_UP_TO: i64 = 100_000;
 
 /// Which pooled connections may be handed out: none made before the last outage began. A server

@@ -1,0 +1,79 @@
+//! What a silo's death writes, whoever finds it (a leave, the sweep, a placement or a heartbeat
+//! that meets a silo past its TTL): its generation retired for ever, and its directory entries
+//! released in chunks. Both run inside the transaction that holds the dead silo's row.
+
+use std::collections::HashMap;
+
+use super::error::PgError;
+use crate::cluster::SiloId;
+use crate::store::StoreError;
+
+/// Records the generations of silos that just died (in the death's transaction): per address the
+/// newest dead generation, which every id not newer than it is refused by, for ever.
+pub(super) async fn retire<'a>(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    dead: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<(), PgError> {
+    let mut newest: HashMap<(&str, String), i64> = HashMap::new();
+    for (cluster, silo) in dead {
+        let id = SiloId::parse("silo", silo).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (address, generation) = id.incarnation();
+        let entry = newest
+            .entry((cluster, address.to_owned()))
+            .or_insert(generation);
+        *entry = (*entry).max(generation);
+    }
+    if newest.is_empty() {
+        return Ok(());
+    }
+    let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
+    for ((cluster, address), generation) in newest {
+        clusters.push(cluster);
+        addresses.push(address);
+        generations.push(generation);
+    }
+    sqlx::query(
+        "INSERT INTO retired_generations (cluster, address, generation)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
+         ON CONFLICT (cluster, address)
+         DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
+    )
+    .bind(&clusters)
+    .bind(&addresses)
+    .bind(&generations)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Deletes up to `limit` of a dead silo's entries, by primary key; when fewer were left, marks the
+/// silo released (no entry can appear on it after its death commits). Returns how many it deleted.
+pub(super) async fn release_chunk(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    cluster: &str,
+    silo: &str,
+    limit: u32,
+) -> Result<u64, PgError> {
+    let released = sqlx::query(
+        "DELETE FROM activations WHERE cluster = $1 AND silo = $2 AND grain = ANY (ARRAY(
+            SELECT grain FROM activations WHERE cluster = $1 AND silo = $2 LIMIT $3))",
+    )
+    .bind(cluster)
+    .bind(silo)
+    .bind(i64::from(limit))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if released < u64::from(limit) {
+        sqlx::query(
+            "UPDATE silos SET released = true
+             WHERE cluster = $1 AND silo = $2 AND status = 'dead'
+               AND (SELECT 1 FROM activations WHERE cluster = $1 AND silo = $2 LIMIT 1) IS NULL",
+        )
+        .bind(cluster)
+        .bind(silo)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(released)
+}
