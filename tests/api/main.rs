@@ -8,7 +8,8 @@
 //! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size);
 //! `limits` covers load shedding and per-cluster rate limits; `views` what operators' tools read
 //! (the clusters list, distributions, placement previews, the live page); `leases` the silo lease
-//! and the rule that counts no silence a replica could not see. The runtime's side of those rules,
+//! and the rule that counts no silence a replica could not see; `layout` the shape of the code
+//! (layers, no import circle, sizes) and that the docs' map and paths are true. The runtime's side of those rules,
 //! under real faults, is a binary of its own: `tests/runtime/`.
 
 /// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
@@ -30,6 +31,7 @@ mod drains;
 mod faults;
 mod helpers;
 mod inputs;
+mod layout;
 mod leases;
 mod limits;
 mod migrations;
