@@ -114,6 +114,38 @@ fn leaves_name_no_other_module_and_nothing_below_names_the_configuration() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// The domain decides and does no I/O: no database, HTTP, runtime, file or socket in it (addresses
+/// are data, sockets are not), so every algorithm runs in a unit test with a clock and an RNG
+/// handed in.
+#[test]
+fn the_domain_does_no_io() {
+    let io = [
+        "sqlx::",
+        "axum::",
+        "tokio::",
+        "reqwest::",
+        "hyper::",
+        "std::fs",
+        "std::net::Tcp",
+        "std::net::Udp",
+    ];
+    let mut found = Vec::new();
+    for file in source_files() {
+        let in_domain = file
+            .module
+            .first()
+            .and_then(|top| layer_of(top))
+            .is_some_and(|(_, layer)| layer == "domain");
+        let code = &file.code[..file.lines_before_tests];
+        for (number, line) in code.iter().enumerate().filter(|_| in_domain) {
+            for crate_path in io.iter().filter(|path| line.contains(*path)) {
+                found.push(format!("{}:{}: {crate_path}", file.path, number + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// Import circles at every depth: between top-level modules, between the modules inside each,
 /// and one level further down.
 #[test]
