@@ -161,7 +161,7 @@ pub async fn serve(
         Arc::new(MonotonicClock::default()),
     );
     let state = AppState {
-        oracle: oracle.clone(),
+        oracle: Arc::new(oracle.clone()),
         metrics: telemetry::metrics_handle(),
         rate_limits: Arc::new(rate_limits),
     };

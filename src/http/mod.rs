@@ -54,9 +54,11 @@ use crate::oracle::{
 use crate::rate_limit::RateLimits;
 
 /// What the router serves from; each handler takes the part it uses (see the `FromRef`s below).
+/// Axum clones it for every request, so each field is one `Arc`: the oracle's components are
+/// reached through one, not cloned one by one.
 #[derive(Clone)]
 pub struct AppState {
-    pub oracle: Oracle,
+    pub oracle: Arc<Oracle>,
     pub metrics: PrometheusHandle,
     /// Per-cluster rate limits, shared by every handler of the replica (each limited handler asks
     /// it right after parsing the cluster name).

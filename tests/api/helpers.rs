@@ -407,7 +407,7 @@ impl AppBuilder {
         let oracle = Oracle::new(store.clone(), settings);
         let rate_limits = RateLimits::new(self.rates, 10_000, Arc::new(clock.clone()));
         let state = AppState {
-            oracle: oracle.clone(),
+            oracle: Arc::new(oracle.clone()),
             metrics: telemetry::metrics_handle(),
             rate_limits: Arc::new(rate_limits),
         };
@@ -476,7 +476,7 @@ impl TestApp {
         let mut replicas = Vec::new();
         for seed in [1, 2] {
             let replica = Self::builder(Backend::Postgres)
-                .on(database.store(4, &clock).await, &database)
+                .on(database.store(8, &clock).await, &database)
                 .cluster(cluster.clone())
                 .clock(clock.clone())
                 .seed(seed)

@@ -15,26 +15,12 @@ const CALLERS_PER_GRAIN: usize = 8;
 /// Two replicas, each with its own connection pool and its own RNG seed, serving one cluster. They
 /// share one clock: the database's, which the test moves.
 async fn two_replicas() -> (TestApp, TestApp, PostgresStore) {
-    let database = TestDatabase::create().await;
-    let cluster = unique_cluster();
-    let clock = ManualClock::starting_at(START_MS);
-    let mut replicas = Vec::new();
-    for seed in [1, 2] {
-        let replica = TestApp::builder(Backend::Postgres)
-            .on(database.store(8, &clock).await, &database)
-            .cluster(cluster.clone())
-            .clock(clock.clone())
-            .seed(seed)
-            .build()
-            .await;
-        replicas.push(replica);
-    }
-    let b = replicas.pop().unwrap();
-    let a = replicas.pop().unwrap();
+    let (database, a, b) = TestApp::two_replicas().await;
     for i in 1..=5 {
         a.heartbeat(&format!("10.0.0.{i}:11111@1"), json!({})).await;
     }
-    (a, b, database.store(1, &clock).await)
+    let check = database.store(1, &a.clock).await;
+    (a, b, check)
 }
 
 async fn directory_rows(store: &PostgresStore, cluster: &str, grains: &[String]) -> i64 {
