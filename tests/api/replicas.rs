@@ -2,13 +2,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use placement_oracle::clock::ManualClock;
 use placement_oracle::store::postgres::PostgresStore;
 use placement_oracle::store::{Store, StoreSettings};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
-use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, START_MS};
+use crate::helpers::{TestApp, TestDatabase};
 
 const CALLERS_PER_GRAIN: usize = 8;
 
