@@ -13,7 +13,8 @@ use crate::telemetry::metric;
 
 /// Most clusters whose membership this replica keeps cached; expired reads are dropped first.
 pub(super) const MAX_CACHED_MEMBERSHIPS: usize = 1_024;
-/// How long a placement may decide against a membership (and policy) read by an earlier placement. Correctness
+/// How long a placement may decide against a membership (and policy) read by an earlier
+/// placement (up to [`MEMBERSHIP_STALE_LIMIT`] while another caller refreshes it). Correctness
 /// does not depend on it: registration re-checks the chosen silo in the same statement that
 /// inserts, and a placement that finds its silo gone decides again on a fresh read. It only bounds
 /// how stale the load figures behind a decision may be (Orleans publishes them once a second).
@@ -157,7 +158,8 @@ impl ClusterViews {
     }
 
     /// Drops this replica's cached membership after it changed it, so its next decision sees the
-    /// change (other replicas see it within [`MEMBERSHIP_MAX_AGE`]).
+    /// change (other replicas see it within [`MEMBERSHIP_MAX_AGE`], or [`MEMBERSHIP_STALE_LIMIT`]
+    /// while one of their callers refreshes it).
     pub(super) fn forget(&self, cluster: &ClusterName) {
         let mut cache = self.cached_memberships();
         self.membership_changes.fetch_add(1, Ordering::SeqCst);

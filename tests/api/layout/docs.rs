@@ -71,9 +71,10 @@ fn the_architecture_map_names_every_source_file() {
     );
 }
 
-#[test]
-fn every_repository_path_the_docs_name_exists() {
-    let root = repository();
+/// Whether a code span is a path in the repository: it starts with one of its top folders, or
+/// it has a folder and a file extension (`http/contract.rs`, `grafana/oracle.json`). Commands,
+/// URLs and patterns (a space, `://`, a leading `/`, `<`, `*`, `{`, `…`) are not.
+fn is_repository_path(span: &str) -> bool {
     let folders = [
         "src/",
         "tests/",
@@ -87,19 +88,40 @@ fn every_repository_path_the_docs_name_exists() {
         "openapi/",
         ".ci/",
     ];
+    let extensions = [
+        ".rs", ".md", ".sql", ".sh", ".json", ".yml", ".yaml", ".lua", ".py", ".ts", ".mjs",
+        ".toml", ".svg", ".png",
+    ];
+    let plain = span
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c));
+    let has_folder = span.contains('/') && !span.starts_with('/');
+    plain
+        && (folders.iter().any(|f| span.starts_with(f))
+            || has_folder && extensions.iter().any(|e| span.ends_with(e)))
+}
+
+/// A path a document names leads somewhere from the repository root, from `src/` (the docs
+/// name modules that way too) or from the document's own folder.
+#[test]
+fn every_repository_path_the_docs_name_exists() {
+    let root = repository();
     let ignored = ignored_prefixes();
     let mut missing = Vec::new();
     for document in documents() {
+        let folder = document.parent().unwrap().to_path_buf();
         let text = prose(&read(&document));
-        for span in code_spans(&text) {
-            let is_path = folders.iter().any(|f| span.starts_with(f))
-                && span
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c));
+        for span in code_spans(&text)
+            .into_iter()
+            .filter(|s| is_repository_path(s))
+        {
             let is_ignored = ignored
                 .iter()
                 .any(|prefix| span.starts_with(prefix.as_str()));
-            if is_path && !is_ignored && !root.join(span).exists() {
+            let exists = [root.clone(), root.join("src"), folder.clone()]
+                .iter()
+                .any(|base| base.join(span).exists());
+            if !is_ignored && !exists {
                 missing.push(format!("{}: `{span}`", relative(&root, &document)));
             }
         }
@@ -147,6 +169,8 @@ fn link_targets(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// A relative link leads to a file of this repository (not one that happens to sit beside a
+/// checkout), and to a heading that exists when it names one.
 #[test]
 fn every_link_between_documents_leads_somewhere() {
     let root = repository();
@@ -166,7 +190,10 @@ fn every_link_between_documents_leads_somewhere() {
             } else {
                 document.parent().unwrap().join(file)
             };
-            let fine = linked.exists()
+            let inside = linked
+                .canonicalize()
+                .is_ok_and(|path| path.starts_with(root.canonicalize().unwrap()));
+            let fine = inside
                 && (fragment.is_empty()
                     || linked.extension().is_none_or(|e| e != "md")
                     || anchors(&linked).iter().any(|a| a == fragment));

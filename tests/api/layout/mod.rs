@@ -3,11 +3,13 @@
 //! their head, and docs whose map and paths are true.
 
 mod docs;
+mod paths;
 mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use source::{functions, named_modules, source_files, SourceFile};
+use paths::{defining_module, names, Bindings, Module};
+use source::{functions, source_files, SourceFile};
 
 /// The crate's top-level modules by layer, bottom first. A module may name modules of its own
 /// layer or below, never above; a new module has to be given its place here.
@@ -46,22 +48,24 @@ fn layer_of(top: &str) -> Option<(usize, &'static str)> {
         .map(|(rank, (name, _))| (rank, *name))
 }
 
-/// Every module-to-module arrow of the code before the tests, between modules that exist (a
-/// named item resolves to the longest module path it starts with). Arrows to a module's own
-/// ancestors or descendants are left out: a parent and its children are one room.
-fn arrows(files: &[SourceFile]) -> BTreeSet<(Vec<String>, Vec<String>)> {
-    let modules: BTreeSet<&[String]> = files.iter().map(|f| f.module.as_slice()).collect();
+/// Every module-to-module arrow of the code before the tests: from a file's module to the module
+/// that defines what it names (followed through re-exports, see [`paths`]). Arrows to a
+/// module's own ancestors or descendants are left out: a parent and its children are one room.
+fn arrows(files: &[SourceFile]) -> BTreeSet<(Module, Module)> {
+    let modules: BTreeSet<Module> = files.iter().map(|f| f.module.clone()).collect();
+    let named: Vec<(&SourceFile, paths::Names)> =
+        files.iter().map(|f| (f, names(f, &modules))).collect();
+    let bindings: Bindings = named
+        .iter()
+        .flat_map(|(_, names)| names.bindings.clone())
+        .collect();
     let mut arrows = BTreeSet::new();
-    for file in files.iter().filter(|f| !f.module.is_empty()) {
-        for path in named_modules(file) {
-            let target = (0..=path.len())
-                .rev()
-                .map(|n| &path[..n])
-                .find(|prefix| modules.contains(prefix))
-                .unwrap_or_default();
-            let related = target.starts_with(&file.module) || file.module.starts_with(target);
+    for (file, names) in named.iter().filter(|(f, _)| !f.module.is_empty()) {
+        for path in &names.paths {
+            let target = defining_module(path, &modules, &bindings);
+            let related = target.starts_with(&file.module) || file.module.starts_with(&target);
             if !related {
-                arrows.insert((file.module.clone(), target.to_vec()));
+                arrows.insert((file.module.clone(), target));
             }
         }
     }
@@ -114,20 +118,29 @@ fn leaves_name_no_other_module_and_nothing_below_names_the_configuration() {
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
-/// The domain decides and does no I/O: no database, HTTP, runtime, file or socket in it (addresses
-/// are data, sockets are not), so every algorithm runs in a unit test with a clock and an RNG
-/// handed in.
+/// The domain decides and does no I/O: no database, HTTP, runtime, file, socket, process or
+/// environment in it (addresses are data, sockets are not), and it reads neither a clock nor the
+/// OS's randomness, so every algorithm runs in a unit test with a clock and a seeded RNG handed in.
 #[test]
 fn the_domain_does_no_io() {
-    let io = [
-        "sqlx::",
-        "axum::",
-        "tokio::",
-        "reqwest::",
-        "hyper::",
-        "std::fs",
-        "std::net::Tcp",
-        "std::net::Udp",
+    let forbidden = [
+        "sqlx",
+        "axum",
+        "tokio",
+        "reqwest",
+        "hyper",
+        "fs",
+        "TcpStream",
+        "TcpListener",
+        "UdpSocket",
+        "env",
+        "process",
+        "SystemTime",
+        "Instant",
+        "thread_rng",
+        "OsRng",
+        "from_entropy",
+        "getrandom",
     ];
     let mut found = Vec::new();
     for file in source_files() {
@@ -136,10 +149,13 @@ fn the_domain_does_no_io() {
             .first()
             .and_then(|top| layer_of(top))
             .is_some_and(|(_, layer)| layer == "domain");
-        let code = &file.code[..file.lines_before_tests];
-        for (number, line) in code.iter().enumerate().filter(|_| in_domain) {
-            for crate_path in io.iter().filter(|path| line.contains(*path)) {
-                found.push(format!("{}:{}: {crate_path}", file.path, number + 1));
+        if !in_domain {
+            continue;
+        }
+        for (number, line) in file.code[..file.lines_before_tests].iter().enumerate() {
+            let words = line.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+            for word in words.filter(|word| forbidden.contains(word)) {
+                found.push(format!("{}:{}: {word}", file.path, number + 1));
             }
         }
     }
@@ -266,22 +282,55 @@ fn the_source_reader_sees_code_not_comments_or_literals() {
         .collect();
     assert_eq!(found, [("a".to_owned(), 6), ("b".to_owned(), 1)]);
 
+    let module = |path: &str| -> Module {
+        path.split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let modules: BTreeSet<Module> = ["", "http", "http::x", "store", "store::directory", "oracle"]
+        .into_iter()
+        .map(module)
+        .collect();
     let uses = SourceFile {
         path: "src/http/x.rs".to_owned(),
-        module: vec!["http".to_owned(), "x".to_owned()],
+        module: module("http::x"),
         code: source::blank_comments_and_literals(
-            "use crate::{store::Store, oracle};\n\
+            "use crate::{store::{Store, directory::Activation as Entry}, oracle};\n\
              use super::super::clock::Millis; // crate::config\n\
-             let y = self::z::W; let s = \"crate::dns\";\n",
+             mod inner { use super::super::y::Z; }\n\
+             let y = self::z::W; let s = \"crate::dns\"; use serde::Serialize;\n",
         )
         .lines()
         .map(str::to_owned)
         .collect(),
-        lines_before_tests: 3,
+        lines_before_tests: 4,
     };
-    let named: Vec<String> = named_modules(&uses).iter().map(|p| p.join("::")).collect();
+    let found = names(&uses, &modules);
+    let named: Vec<String> = found.paths.iter().map(|p| p.join("::")).collect();
     assert_eq!(
         named,
-        ["store::Store", "oracle", "clock::Millis", "http::x::z::W"]
+        [
+            "store::Store",
+            "store::directory::Activation",
+            "oracle",
+            "clock::Millis",
+            "http::y::Z",
+            "http::x::z::W"
+        ]
     );
+    let entry = &found.bindings[&(module("http::x"), "Entry".to_owned())];
+    assert_eq!(entry, &module("store::directory::Activation"));
+    assert!(found
+        .bindings
+        .contains_key(&(module("http::x::inner"), "Z".to_owned())));
+
+    let reexport: Bindings = [(
+        (module("store"), "Activation".to_owned()),
+        module("store::directory::Activation"),
+    )]
+    .into_iter()
+    .collect();
+    let target = defining_module(&module("store::Activation"), &modules, &reexport);
+    assert_eq!(target, module("store::directory"));
 }

@@ -1,6 +1,6 @@
 //! A reader of this crate's own source, enough to measure its shape: which module a file is,
 //! its code with comments and literals blanked (so braces and paths in them do not count), where
-//! its tests begin, its functions' lengths and the modules it names.
+//! its tests begin and its functions' lengths. What it names is in [`super::paths`].
 
 use std::path::{Path, PathBuf};
 
@@ -91,10 +91,12 @@ fn module_of(relative: &str) -> Vec<String> {
     parts
 }
 
+/// The first unindented `#[cfg(test)]` on a module with a body (`mod tests { … }`); a
+/// `#[cfg(test)] mod tests;` declaration is not where the file's own code ends.
 fn tests_start(code: &[String]) -> Option<usize> {
     code.windows(2).position(|pair| {
-        pair[0].starts_with("#[cfg(test)]")
-            && (pair[1].starts_with("mod ") || pair[1].starts_with("pub(crate) mod "))
+        let opens_module = pair[1].starts_with("mod ") || pair[1].starts_with("pub(crate) mod ");
+        pair[0].starts_with("#[cfg(test)]") && opens_module && pair[1].trim_end().ends_with('{')
     })
 }
 
@@ -249,9 +251,10 @@ fn find_keyword(line: &str, keyword: &str) -> Option<usize> {
 }
 
 /// The line where the body opened after column `from` of line `start` closes; `None` for a
-/// declaration without a body.
+/// declaration without a body (a `;` outside brackets before any `{`, as in a trait).
 fn body_end(code: &[String], start: usize, from: usize) -> Option<usize> {
     let mut depth = 0usize;
+    let mut brackets = 0usize;
     let mut opened = false;
     for (number, line) in code.iter().enumerate().skip(start) {
         let text = if number == start { &line[from..] } else { line };
@@ -267,101 +270,12 @@ fn body_end(code: &[String], start: usize, from: usize) -> Option<usize> {
                         return Some(number);
                     }
                 }
-                ';' if !opened => return None,
+                '(' | '[' if !opened => brackets += 1,
+                ')' | ']' if !opened => brackets = brackets.saturating_sub(1),
+                ';' if !opened && brackets == 0 => return None,
                 _ => {}
             }
         }
     }
     None
-}
-
-/// The modules the code before the tests names through `crate::`, `super::` and `self::`
-/// paths (in `use` lines and in place), resolved to module paths from the crate root.
-pub fn named_modules(file: &SourceFile) -> Vec<Vec<String>> {
-    let code = file.code[..file.lines_before_tests].join("\n");
-    let mut named = Vec::new();
-    for (at, _) in code.match_indices("::") {
-        let head_start = code[..at]
-            .rfind(|c: char| !is_identifier(c))
-            .map_or(0, |i| i + 1);
-        let head = &code[head_start..at];
-        let prefix_continues = code[..head_start].ends_with("::");
-        if prefix_continues || !matches!(head, "crate" | "super" | "self") {
-            continue;
-        }
-        named.extend(paths_after(&file.module, &code[head_start..]));
-    }
-    named
-}
-
-/// The paths `text` (starting at `crate`, `super` or `self`) names, each as segments from the
-/// crate root; a `{…}` group gives one path per item. `super` is the parent of the file's
-/// module (for `src/a/mod.rs`, module `a`, that is the crate root), as in Rust.
-fn paths_after(module: &[String], text: &str) -> Vec<Vec<String>> {
-    let mut base = module.to_vec();
-    let mut rest = text;
-    loop {
-        let segment: String = rest.chars().take_while(|&c| is_identifier(c)).collect();
-        match segment.as_str() {
-            "crate" => base.clear(),
-            "super" => {
-                base.pop();
-            }
-            "self" => {}
-            _ => break,
-        }
-        rest = rest[segment.len()..].trim_start();
-        match rest.strip_prefix("::") {
-            Some(after) => rest = after.trim_start(),
-            None => return Vec::new(),
-        }
-    }
-    group_items(rest)
-        .into_iter()
-        .map(|item| base.iter().cloned().chain(item).collect())
-        .collect()
-}
-
-/// `a::b::C` gives `[[a, b, C]]`; `{a::B, c}` gives `[[a, B], [c]]` (one level of grouping).
-fn group_items(text: &str) -> Vec<Vec<String>> {
-    let segments = |text: &str| -> Vec<String> {
-        let mut segments = Vec::new();
-        let mut rest = text.trim_start();
-        loop {
-            let segment: String = rest.chars().take_while(|&c| is_identifier(c)).collect();
-            if segment.is_empty() {
-                break;
-            }
-            rest = rest[segment.len()..].trim_start();
-            segments.push(segment);
-            match rest.strip_prefix("::") {
-                Some(after) if !after.trim_start().starts_with('{') => rest = after.trim_start(),
-                _ => break,
-            }
-        }
-        segments
-    };
-    let Some(group) = text.trim_start().strip_prefix('{') else {
-        return vec![segments(text)];
-    };
-    let mut depth = 0;
-    let mut items = Vec::new();
-    let mut item_start = 0;
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => {
-                items.push(segments(&group[item_start..i]));
-                break;
-            }
-            '}' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(segments(&group[item_start..i]));
-                item_start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.retain(|item| !item.is_empty());
-    items
 }
