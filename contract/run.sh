@@ -4,7 +4,8 @@
 #   1. Redocly's recommended rules over openapi/openapi.json (redocly.yaml says the one exception).
 #   2. contract/clients.sh: Python and TypeScript clients generated from the unmodified spec,
 #      type-checked strictly, each walking through the README's calls.
-#   3. Schemathesis, every check, fixed seed (contract/schemathesis.toml says each adjustment).
+#   3. Schemathesis, every check, fixed seed (contract/schemathesis.toml says each adjustment); then
+#      again, briefly, against an open-mode oracle, whose served spec makes credentials optional.
 #   4. contract/tools.sh: the silo simulator (on the embedded default, then on two replicas), and the
 #      live page checked in headless Chromium while it runs.
 # Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
@@ -18,6 +19,8 @@ DATABASE=oracle_contract
 PORT=${ORACLE_CONTRACT_PORT:-18090}
 BASE_URL="http://127.0.0.1:$PORT"
 MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-150}
+OPEN_PORT=${ORACLE_CONTRACT_OPEN_PORT:-18091}
+OPEN_EXAMPLES=${SCHEMATHESIS_OPEN_EXAMPLES:-30}
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -64,6 +67,19 @@ contract/build/venv/bin/st --config-file contract/schemathesis.toml run "$BASE_U
   --url "$BASE_URL" --checks all --exclude-checks use_after_free \
   --header "Authorization: Bearer $ORACLE_ADMIN_TOKEN" \
   --max-examples "$MAX_EXAMPLES" --no-color
+
+step "Schemathesis against an open-mode oracle (no admin token, embedded store): every check, $OPEN_EXAMPLES examples"
+# The spec such an oracle serves says no credential is needed, so checks about authentication
+# (ignored_auth, missing_required_header) hold it to that.
+env -u ORACLE_ADMIN_TOKEN ORACLE_LISTEN="127.0.0.1:$OPEN_PORT" "$BINARY" > contract/build/oracle-open.log 2>&1 &
+OPEN_ORACLE=$!
+trap 'kill $ORACLE $OPEN_ORACLE 2>/dev/null || true' EXIT
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$OPEN_PORT/readyz" > /dev/null && break; sleep 0.2; done
+kill -0 $OPEN_ORACLE
+contract/build/venv/bin/st --config-file contract/schemathesis.toml run "http://127.0.0.1:$OPEN_PORT/openapi.json" \
+  --url "http://127.0.0.1:$OPEN_PORT" --checks all --exclude-checks use_after_free \
+  --max-examples "$OPEN_EXAMPLES" --no-color
+kill $OPEN_ORACLE
 
 step "Users' tools: the simulator (embedded, and two replicas) and the live page in headless Chromium"
 ORACLE_BINARY="$BINARY" ORACLE_DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" bash contract/tools.sh "$BASE_URL"

@@ -321,19 +321,39 @@ impl From<StoreError> for ApiError {
                 "this replica holds as many store calls as it will queue; retry shortly (a retried placement returns whatever an earlier attempt registered)",
             )
             .retry_after(1),
+            // Logged once when the outage began (the call that found it carries the detail), not
+            // for every request the open circuit refuses meanwhile.
+            StoreError::ReadOnly(ref detail) => {
+                if !detail.is_empty() {
+                    tracing::error!(%error, "store read-only");
+                }
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-read-only",
+                    "The store takes no writes",
+                    "the oracle's database answers but is read-only (a standby not yet promoted, or a primary set read-only); the oracle reconnects so that a new primary is found as soon as one takes writes; retrying is safe",
+                )
+                .retry_after(1)
+            }
+            StoreError::WritesStalled(_) => {
+                tracing::error!(%error, "store writes stalled");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-writes-stalled",
+                    "The store commits no writes in time",
+                    "a write to the oracle's database did not commit in time: commits may be waiting for a synchronous standby that is gone; retrying is safe",
+                )
+                .retry_after(1)
+            }
             // Without a detail (the circuit refusing a call, a call past the store's deadline):
             // logged once when the outage began, not for every request refused meanwhile.
-            StoreError::Unreachable(detail)
-            | StoreError::ReadOnly(detail)
-            | StoreError::TimedOut(detail)
+            StoreError::Unreachable(detail) | StoreError::TimedOut(detail)
                 if detail.is_empty() =>
             {
                 Self::store_unavailable()
             }
-            // With a detail, logged here once. A read-only database is answered like an
-            // unreachable one, for now.
+            // With a detail, logged here once.
             StoreError::Unreachable(_)
-            | StoreError::ReadOnly(_)
             | StoreError::TimedOut(_)
             | StoreError::Schema(_)
             | StoreError::Failed(_) => {

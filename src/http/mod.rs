@@ -206,19 +206,28 @@ fn without_wildcards(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
     api
 }
 
+/// The document this oracle serves at `/openapi.json`: the published one, or in open mode the same
+/// with every credential optional, since that oracle asks for none.
+pub fn served_openapi(open_mode: bool) -> serde_json::Value {
+    if open_mode {
+        contract::open_mode(openapi())
+    } else {
+        openapi().clone()
+    }
+}
+
 /// The whole application: API routes, spec, Swagger UI and every cross-cutting layer.
 pub fn app(state: AppState, limits: Limits) -> Router {
     // Request bodies are checked against the published schemas, compiled now rather than on the
     // first request.
     body_check::install(openapi());
-    // What each route asks of its caller, as the document declares it.
+    // What each route asks of its caller, as the published document declares it (open mode
+    // serves it with optional credentials but checks nothing anyway).
     auth::install(openapi());
+    let served = served_openapi(state.oracle.credentials.open_mode());
     let (router, _) = api_router().split_for_parts();
     let router = router
-        .merge(
-            SwaggerUi::new("/swagger-ui")
-                .external_url_unchecked("/openapi.json", openapi().clone()),
-        )
+        .merge(SwaggerUi::new("/swagger-ui").external_url_unchecked("/openapi.json", served))
         .merge(ui::router())
         .fallback(|| async { error::ApiError::from_status(axum::http::StatusCode::NOT_FOUND) });
 

@@ -40,7 +40,13 @@ pub async fn healthz(State(readiness): State<Arc<Readiness>>) -> Json<Health> {
     })
 }
 
-/// Readiness: the store is reachable, so requests can be served.
+/// Readiness: the store is reachable and takes writes, so requests can be served.
+///
+/// On Postgres this commits a one-row write (at most one every 250 ms however often it is asked;
+/// the answer stands that long): 503 `store-read-only` when the database refuses writes (a standby
+/// not yet promoted, a primary set read-only), `store-writes-stalled` when the write does not
+/// commit within 500 ms (commits waiting for a synchronous standby that is gone),
+/// `store-unavailable` when it cannot be reached.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -48,7 +54,7 @@ pub async fn healthz(State(readiness): State<Arc<Readiness>>) -> Json<Health> {
     responses(
         (status = 200, description = "Ready", body = Health),
         (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unreachable", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unreachable, read-only, or commits no writes in time", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn readyz(State(readiness): State<Arc<Readiness>>) -> Result<Json<Health>, ApiError> {

@@ -125,7 +125,7 @@ impl Default for ConsistentHashOptions {
 pub struct WebhookOptions {
     /// `http://` or `https://` URL the oracle POSTs each placement's candidates to. Without one, a
     /// grain type placed with `webhook` is decided by the fallback (the policy lists a warning).
-    #[schema(example = "http://placement-hook.internal:9000/choose")]
+    #[schema(example = "http://127.0.0.1:9000/choose")]
     pub url: Option<String>,
     /// How long to wait for the answer (1 to 2000 ms) before using the fallback. Kept well under
     /// the request timeout, so a slow endpoint yields the fallback's answer, never a 503.

@@ -42,6 +42,11 @@ pub enum StoreError {
     /// heartbeat can be stored, so it counts as [`Reach::Unreachable`], and is answered like it.
     #[error("the database is read-only{}", detail_or(.0, ""))]
     ReadOnly(String),
+    /// The database answers but a write did not commit in time: commits wait for a synchronous
+    /// standby that is gone, or the disk stalls. Reads may still be answered, so it says nothing
+    /// about reaching the database ([`Reach::Unknown`]); readiness fails on it.
+    #[error("the database takes no writes in time{}", detail_or(.0, ""))]
+    WritesStalled(String),
     /// No answer in time: a wait for a pooled connection timed out, or a statement outlived the
     /// store's deadline (the detail is empty then). See [`Reach::NoAnswer`].
     #[error("the database gave no answer in time{}", detail_or(.0, ""))]
@@ -97,7 +102,9 @@ impl StoreError {
         match self {
             StoreError::Unreachable(_) | StoreError::ReadOnly(_) => Reach::Unreachable,
             StoreError::TimedOut(_) => Reach::NoAnswer,
-            StoreError::Overloaded | StoreError::Schema(_) => Reach::Unknown,
+            StoreError::Overloaded | StoreError::Schema(_) | StoreError::WritesStalled(_) => {
+                Reach::Unknown
+            }
             StoreError::Failed(_)
             | StoreError::Corrupt(_)
             | StoreError::Contended(_)

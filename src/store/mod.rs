@@ -151,7 +151,8 @@ pub trait Store:
         None
     }
 
-    /// Succeeds when the store can serve requests.
+    /// Succeeds when the store can serve requests: it is reached and (Postgres) commits a small
+    /// write in time, so a read-only database or one whose commits hang is not ready.
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Counts for metrics.

@@ -65,6 +65,57 @@ async fn the_spec_and_swagger_ui_are_served() {
     assert!(ui.body.as_str().unwrap().contains("swagger-ui"));
 }
 
+/// An oracle in open mode asks no credential, and its served document says so: every requirement
+/// has the empty alternative ("no authentication") and no operation lists 401 or 403. An oracle
+/// with an admin token serves the published document unchanged.
+#[tokio::test]
+async fn the_served_spec_tells_whether_credentials_are_required() {
+    let published = placement_oracle::http::openapi();
+    let open = TestApp::new(Backend::Memory).await;
+    let served = open
+        .send(axum::http::Method::GET, "/openapi.json", None)
+        .await
+        .body;
+    let mut guarded = 0;
+    for (path, item) in published["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let Some(requirements) = operation["security"].as_array() else {
+                continue;
+            };
+            guarded += 1;
+            let open_operation = &served["paths"][path][method];
+            let open_requirements = open_operation["security"].as_array().unwrap();
+            assert_eq!(
+                &open_requirements[..requirements.len()],
+                &requirements[..],
+                "{method} {path}: the scopes are still named"
+            );
+            assert!(
+                open_requirements.contains(&serde_json::json!({})),
+                "{method} {path}: open mode makes the credential optional"
+            );
+            for status in ["401", "403"] {
+                assert!(operation["responses"][status].is_object());
+                assert!(
+                    open_operation["responses"][status].is_null(),
+                    "{method} {path}: open mode never answers {status}"
+                );
+            }
+        }
+    }
+    assert!(guarded > 25, "the cluster routes declare their credentials");
+
+    let configured = TestApp::builder(Backend::Memory)
+        .credentials(std::time::Duration::from_secs(60))
+        .build()
+        .await;
+    let served = configured
+        .send(axum::http::Method::GET, "/openapi.json", None)
+        .await
+        .body;
+    assert_eq!(&served, published);
+}
+
 /// The spec's own examples, run in the order a person trying the API in Swagger UI would: each
 /// request is built from the published examples only (bodies, path, query and header parameters),
 /// and each succeeds.

@@ -87,6 +87,15 @@ impl Api {
         if let Some(body) = body {
             request = request.json(&body);
         }
+        Self::fetch(request).await
+    }
+
+    /// `GET /readyz` of the replica at `base`.
+    pub async fn readyz(&self, base: &str) -> Reply {
+        Self::fetch(self.client.get(format!("{base}/readyz"))).await
+    }
+
+    async fn fetch(request: reqwest::RequestBuilder) -> Reply {
         match request.send().await {
             Ok(response) => {
                 let status = response.status().as_u16();

@@ -17,7 +17,7 @@ use crate::postgres_server::{OwnPostgres, StopMode};
 const WARM_UP: Duration = Duration::from_secs(3);
 
 /// The harness's runs take both cores to keep their timing; they go one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stopped_for_three_ttls_pauses_every_silo_and_kills_none() {

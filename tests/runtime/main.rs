@@ -23,3 +23,4 @@ mod postgres_server;
 #[path = "../api/proxy.rs"]
 mod proxy;
 mod registry;
+mod store_states;

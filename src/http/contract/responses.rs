@@ -166,6 +166,28 @@ pub(super) fn declare_credentials(doc: &mut Value) {
     }
 }
 
+/// The document as an oracle in open mode (no admin token) serves it: that oracle asks no
+/// credential, so every requirement becomes optional (an empty alternative, which OpenAPI reads as
+/// "no authentication") and no operation answers 401 or 403. Clients and fuzzers generated from
+/// the served document are then told what this oracle does, not what a configured one would.
+pub(super) fn without_required_credentials(doc: &mut Value) {
+    for operation in operations(doc) {
+        let Some(Value::Array(requirements)) = operation.get_mut("security") else {
+            continue;
+        };
+        if !requirements
+            .iter()
+            .any(|r| r.as_object().is_some_and(Map::is_empty))
+        {
+            requirements.push(json!({}));
+        }
+        if let Some(Value::Object(responses)) = operation.get_mut("responses") {
+            responses.remove("401");
+            responses.remove("403");
+        }
+    }
+}
+
 /// How one answer leads to the next call. Swagger UI shows links; generators and fuzzers follow them.
 struct Link {
     from: &'static str,

@@ -46,6 +46,9 @@ struct State {
     outage: Option<(Millis, Millis)>,
     /// How many outages began (see [`StoreHealth::outages_seen`]).
     outages_seen: u64,
+    /// The last call lost during the outage found the database answering but read-only (a standby
+    /// not yet promoted, a primary set read-only): the calls the open circuit refuses say so.
+    read_only: bool,
 }
 
 /// The circuit and the reachability record of one store client.
@@ -91,6 +94,7 @@ impl StoreHealth {
                 reachable_since: None,
                 outage: None,
                 outages_seen: 0,
+                read_only: false,
             }),
         }
     }
@@ -112,6 +116,7 @@ impl StoreHealth {
                 state.open_since_probe = Some(now);
                 Ok(())
             }
+            Some(_) if state.read_only => Err(StoreError::ReadOnly(String::new())),
             Some(_) => Err(StoreError::Unreachable(String::new())),
         }
     }
@@ -170,6 +175,7 @@ impl StoreHealth {
             }
             state.last_answer = Some(now);
             state.open_since_probe = None;
+            state.read_only = false;
             state.reachable_since.get_or_insert(now);
             if let Some((since, _)) = state.outage.take() {
                 let down_ms = now - since;
@@ -184,6 +190,7 @@ impl StoreHealth {
         }
         state.reachable_since = None;
         state.open_since_probe = Some(now);
+        state.read_only = matches!(outcome, Err(StoreError::ReadOnly(_)));
         if state.outage.is_some() {
             return (outcome, Verdict::StillDown);
         }
@@ -297,12 +304,38 @@ mod tests {
             assert_eq!(answer.reach(), Reach::Answered, "{answer}");
         }
         assert_eq!(StoreError::Overloaded.reach(), Reach::Unknown);
-        // In the domain's words: a standby is read-only (answered as unreachable for now), and
-        // whatever else the server refuses is a failure it answered.
+        // In the domain's words: a standby is read-only, and whatever else the server refuses is
+        // a failure it answered.
         assert!(matches!(terminated("25006"), StoreError::ReadOnly(_)));
         assert!(matches!(terminated("57P01"), StoreError::Unreachable(_)));
         assert!(matches!(terminated("23505"), StoreError::Failed(_)));
         assert!(matches!(pool_timed_out(), StoreError::TimedOut(_)));
+    }
+
+    #[test]
+    fn the_open_circuit_says_the_database_is_read_only_until_an_answer_closes_it() {
+        let clock = ManualClock::starting_at(0);
+        let health = health_at(&clock);
+        call(&health, &clock, 1, Ok(()));
+        clock.advance_ms(10);
+        let read_only = StoreError::ReadOnly("cannot execute UPDATE".into());
+        assert_eq!(
+            call(&health, &clock, 1, Err(read_only)),
+            Verdict::OutageBegan
+        );
+        clock.advance_ms(1);
+        assert!(matches!(health.admit(), Err(StoreError::ReadOnly(d)) if d.is_empty()));
+        // A probe that finds the database unreachable instead changes what is said.
+        clock.advance_ms(PROBE_INTERVAL_MS);
+        assert_eq!(
+            call(&health, &clock, 1, Err(io_error())),
+            Verdict::StillDown
+        );
+        clock.advance_ms(1);
+        assert!(matches!(health.admit(), Err(StoreError::Unreachable(_))));
+        clock.advance_ms(PROBE_INTERVAL_MS);
+        assert_eq!(call(&health, &clock, 1, Ok(())), Verdict::Answered);
+        assert!(health.admit().is_ok());
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod membership;
 mod migrations;
 mod policy;
 mod pools;
+mod readiness;
 
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -97,6 +98,8 @@ pub struct PostgresStore {
     health: StoreHealth,
     /// Which pooled connections may still be handed out.
     connections: Arc<ConnectionTrust>,
+    /// Whether the database takes writes, as `/readyz` asks.
+    readiness: readiness::Readiness,
     /// Clusters this process has seen exist. Clusters are never deleted, so a hit saves the insert
     /// round trip on every heartbeat; a miss only costs one idempotent insert. Bounded: only
     /// clusters that exist enter it, and there are at most `max_clusters`.
@@ -158,6 +161,7 @@ impl PostgresStore {
             time,
             health: StoreHealth::new(local_clock),
             connections: Arc::default(),
+            readiness: readiness::Readiness::default(),
             known_clusters: Mutex::default(),
         }
     }
@@ -339,12 +343,13 @@ impl Store for PostgresStore {
         self.now()
     }
 
+    /// A small write that must commit in time ([`readiness`]), through the circuit like every
+    /// call: a read-only database opens it, and a stalled commit is answered without opening it
+    /// (reads may still be served).
     async fn ping(&self) -> Result<(), StoreError> {
-        self.guard(async {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
-            Ok(())
-        })
-        .await
+        self.readiness
+            .answer(|| self.guard(self.readiness.write(&self.pool)))
+            .await
     }
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {

@@ -1,0 +1,104 @@
+//! Readiness: whether this replica's database takes writes now, which is what serving needs. A
+//! database can answer `SELECT 1` and still be useless to the oracle: a standby not yet promoted
+//! or a primary set read-only refuses every heartbeat, and a primary whose commits wait for a
+//! synchronous standby that is gone never acknowledges one. So the probe is a small write (one
+//! row per replica in `readiness_probes`) that must commit within [`WRITE_DEADLINE`].
+//!
+//! `/readyz` may be asked by every kubelet and load balancer at once; one probe runs at a time and
+//! its answer stands for [`ANSWER_FOR`], so the database sees at most a few writes a second.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+use crate::store::StoreError;
+
+/// How long the probe's write may take to commit. Far above a healthy commit (a millisecond or
+/// two), and short enough that a replica whose commits hang leaves its Service within a second.
+pub const WRITE_DEADLINE: Duration = Duration::from_millis(500);
+
+/// How long one probe's answer stands.
+pub const ANSWER_FOR: Duration = Duration::from_millis(250);
+
+/// Rows of replicas that probed no longer than this ago are kept (a day).
+const KEEP_ROWS_MS: i64 = 86_400_000;
+
+/// The probe's state: this replica's row and the last answer.
+#[derive(Debug)]
+pub struct Readiness {
+    /// This process's row: random, so that replicas never share one (a shared row would queue
+    /// their probes on its lock).
+    replica: String,
+    last: Mutex<Option<(Instant, Result<(), StoreError>)>>,
+    probing: tokio::sync::Mutex<()>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self {
+            replica: format!("{:016x}", rand::random::<u64>()),
+            last: Mutex::default(),
+            probing: tokio::sync::Mutex::default(),
+        }
+    }
+}
+
+impl Readiness {
+    /// The last answer if it still stands, else the answer of `probe` (run once however many
+    /// callers ask meanwhile).
+    pub async fn answer<F>(&self, probe: impl FnOnce() -> F) -> Result<(), StoreError>
+    where
+        F: Future<Output = Result<(), StoreError>>,
+    {
+        if let Some(answer) = self.standing() {
+            return answer;
+        }
+        let _probing = self.probing.lock().await;
+        if let Some(answer) = self.standing() {
+            return answer;
+        }
+        let answer = probe().await;
+        *self.lock() = Some((Instant::now(), answer.clone()));
+        answer
+    }
+
+    fn standing(&self) -> Option<Result<(), StoreError>> {
+        self.lock()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < ANSWER_FOR)
+            .map(|(_, answer)| answer.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Result<(), StoreError>)>> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes this replica's row on a connection of `pool`. A write that does not commit within
+    /// [`WRITE_DEADLINE`] leaves its connection mid-statement, so the connection is closed rather
+    /// than handed to the next caller.
+    pub async fn write(&self, pool: &PgPool) -> Result<(), StoreError> {
+        let mut connection = pool.acquire().await?;
+        let write = sqlx::query(
+            "WITH pruned AS (DELETE FROM readiness_probes WHERE probed_ms < oracle_now_ms() - $2)
+             INSERT INTO readiness_probes (replica, probed_ms) VALUES ($1, oracle_now_ms())
+             ON CONFLICT (replica) DO UPDATE SET probed_ms = EXCLUDED.probed_ms",
+        )
+        .bind(&self.replica)
+        .bind(KEEP_ROWS_MS)
+        .execute(&mut *connection);
+        match tokio::time::timeout(WRITE_DEADLINE, write).await {
+            Ok(written) => written.map(|_| ()).map_err(StoreError::from),
+            Err(_) => {
+                drop(connection.detach());
+                Err(StoreError::WritesStalled(format!(
+                    "a one-row write did not commit within {} ms",
+                    WRITE_DEADLINE.as_millis()
+                )))
+            }
+        }
+    }
+}

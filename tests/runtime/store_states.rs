@@ -1,0 +1,151 @@
+//! A database that answers but cannot serve: a read-only server (a standby not yet promoted, or a
+//! primary set `default_transaction_read_only`) and a primary whose commits hang (its synchronous
+//! standby gone). Each on a server of the test's own, reconfigured with `ALTER SYSTEM` and a
+//! reload, with one oracle process on it: what an operator's probes and a silo see, and how soon.
+//! The figures are printed (`cargo test --test runtime store_states -- --nocapture`).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::{Connection, Executor, PgConnection};
+
+use crate::api::{Api, Reply};
+use crate::faults::ONE_AT_A_TIME;
+use crate::oracle_process::OracleProcess;
+use crate::postgres_server::OwnPostgres;
+
+const SILO: &str = "10.0.0.1:11111@1";
+
+/// What a kubelet's readiness probe must see within this long of the database changing.
+const NOTICED_WITHIN: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_makes_the_oracle_unready_and_says_so_until_it_takes_writes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = OwnPostgres::start();
+    let oracle = OracleProcess::start("read-only", &server.url("postgres")).await;
+    let api = Api::new("states");
+    assert_eq!(heartbeat(&api, &oracle).await.ok().map(|_| ()), Some(()));
+
+    configure(
+        &server,
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+    )
+    .await;
+    let changed = Instant::now();
+    let unready = until_ready_is(&api, &oracle, false).await;
+    let noticed = changed.elapsed();
+    assert_eq!(
+        unready.problem(),
+        Some("store-read-only"),
+        "{}",
+        unready.describe()
+    );
+    let refused = heartbeat(&api, &oracle).await;
+    assert!(refused.is_retryable(), "{}", refused.describe());
+    assert_eq!(
+        refused.problem(),
+        Some("store-read-only"),
+        "{}",
+        refused.describe()
+    );
+
+    configure(&server, "ALTER SYSTEM RESET default_transaction_read_only").await;
+    let writable = Instant::now();
+    until_ready_is(&api, &oracle, true).await;
+    let ready_again = writable.elapsed();
+    let accepted = heartbeat(&api, &oracle).await;
+    let body = accepted
+        .ok()
+        .unwrap_or_else(|| panic!("{}", accepted.describe()));
+    assert_eq!(body["status"], "active", "the silo lives on: {body}");
+
+    println!(
+        "read-only database: /readyz 503 store-read-only {noticed:?} after the reload; ready \
+         again {ready_again:?} after it took writes"
+    );
+    assert!(noticed <= NOTICED_WITHIN, "noticed after {noticed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = OwnPostgres::start();
+    let oracle = OracleProcess::start("hung-commits", &server.url("postgres")).await;
+    let api = Api::new("states");
+    assert!(heartbeat(&api, &oracle).await.ok().is_some());
+
+    // Commits now wait for a synchronous standby that never connects.
+    configure(
+        &server,
+        "ALTER SYSTEM SET synchronous_standby_names = 'gone'",
+    )
+    .await;
+    let changed = Instant::now();
+    let unready = until_ready_is(&api, &oracle, false).await;
+    let noticed = changed.elapsed();
+    assert_eq!(
+        unready.problem(),
+        Some("store-writes-stalled"),
+        "{}",
+        unready.describe()
+    );
+
+    // Without the setting the waiting commits are released.
+    configure(&server, "ALTER SYSTEM RESET synchronous_standby_names").await;
+    let released = Instant::now();
+    until_ready_is(&api, &oracle, true).await;
+    let ready_again = released.elapsed();
+
+    println!(
+        "hung commits: /readyz 503 store-writes-stalled {noticed:?} after the reload; ready \
+         again {ready_again:?} after the commits were released"
+    );
+    assert!(noticed <= NOTICED_WITHIN, "noticed after {noticed:?}");
+}
+
+async fn heartbeat(api: &Api, oracle: &OracleProcess) -> Reply {
+    api.post(
+        &oracle.base(),
+        "/heartbeats",
+        json!({"silo": SILO, "cpu_usage": 10}),
+    )
+    .await
+}
+
+/// Runs `statement` (an `ALTER SYSTEM`) on the server and reloads its configuration. The session
+/// sets itself writable first, so that a server made read-only can be made writable again.
+async fn configure(server: &OwnPostgres, statement: &str) {
+    let mut admin = PgConnection::connect(&server.url("postgres"))
+        .await
+        .expect("connect to the test's own server");
+    admin
+        .execute("SET default_transaction_read_only = off")
+        .await
+        .unwrap();
+    admin.execute(statement).await.unwrap();
+    admin.execute("SELECT pg_reload_conf()").await.unwrap();
+    admin.close().await.unwrap();
+}
+
+/// Polls `/readyz` every 20 ms until it answers 200 (`ready`) or 503, and returns that answer.
+async fn until_ready_is(api: &Api, oracle: &OracleProcess, ready: bool) -> Reply {
+    let started = Instant::now();
+    loop {
+        let reply = api.readyz(&oracle.base()).await;
+        let status = match &reply {
+            Reply::Answer { status, .. } => *status,
+            Reply::Unreachable(_) => 0,
+        };
+        if (ready && status == 200) || (!ready && status == 503) {
+            return reply;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "/readyz never became {}: {}",
+            if ready { "200" } else { "503" },
+            reply.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
