@@ -412,6 +412,12 @@ impl From<OracleError> for ApiError {
                 "The silo is dead",
                 detail,
             ),
+            OracleError::MigrationEnded { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "migration-ended",
+                "The migration was ended by the other call",
+                detail,
+            ),
             OracleError::MigrationRefused { .. } => Self::new(
                 StatusCode::CONFLICT,
                 "migration-refused",

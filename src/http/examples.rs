@@ -91,6 +91,14 @@ pub const BY_OPERATION: &[(&[&str], &str, Example)] = &[
         }
         .into()
     }),
+    (&["fail_migration"], "409", || {
+        OracleError::MigrationEnded {
+            id: 17,
+            how: "completed already: grain `user/alice` is activation 9 on `10.0.0.6:11111@1`"
+                .into(),
+        }
+        .into()
+    }),
     (&["post_placement"], "409", || {
         PlacementError::NoCompatibleSilo {
             grain_type: "user".into(),

@@ -101,6 +101,10 @@ pub async fn list_migrations(
 /// in the same transaction that closes the migration. Only if the grain is still that activation
 /// on the source, the source is alive, the target active and alive, and the migration younger than
 /// the policy's `migration_ttl_ms`; otherwise 409 says why, and the migration is cancelled.
+///
+/// Retrying is safe: for an hour after a silo completes or fails a migration, a retried call gets
+/// the first answer (the same activation, or the same refusal), so a lost response costs nothing.
+/// Completing one that was failed is 409 `migration-ended`.
 #[utoipa::path(
     post,
     path = "/v1/clusters/{cluster}/migrations/{id}/complete",
@@ -112,8 +116,8 @@ pub async fn list_migrations(
     ),
     responses(
         (status = 200, description = "Moved: the grain's new activation", body = MigrationCompleted),
-        (status = 404, description = "No such cluster or open migration", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The migration no longer applies; it is cancelled", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such cluster, and no migration open or ended by a silo within the hour", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The migration no longer applies and is cancelled, or its source failed it", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster or id", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -132,6 +136,8 @@ pub async fn complete_migration(
 /// Fail a migration.
 ///
 /// The source could not hand the grain over; the migration is removed and the grain stays.
+/// Retrying is safe: for an hour a retried call gets the first answer. Failing one that was
+/// completed is 409 `migration-ended`.
 #[utoipa::path(
     post,
     path = "/v1/clusters/{cluster}/migrations/{id}/fail",
@@ -142,8 +148,9 @@ pub async fn complete_migration(
         ("id" = i64, Path, description = "Migration id"),
     ),
     responses(
-        (status = 200, description = "Removed", body = MigrationFailed),
-        (status = 404, description = "No such cluster or open migration", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Removed (or removed already by a call within the hour)", body = MigrationFailed),
+        (status = 404, description = "No such cluster, and no migration open or ended by a silo within the hour", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The migration was completed already", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster or id", body = Problem, content_type = "application/problem+json"),
     )
 )]

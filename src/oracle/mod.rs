@@ -81,8 +81,12 @@ pub enum OracleError {
     NoAvailableNode { pool: String },
     #[error("pool `{pool}` has no available member with an address of the family asked for")]
     NoNodeOfFamily { pool: String },
-    #[error("migration {0} is not open: completed, failed or cancelled already, or never issued")]
+    #[error("migration {0} is not open, and no silo completed or failed it within the last hour: the oracle cancelled it (it no longer applied), it ended longer ago, or it was never issued")]
     MigrationNotFound(i64),
+    /// The other call ended the migration already (a retry of the same call gets its first
+    /// answer instead).
+    #[error("migration {id} was {how}")]
+    MigrationEnded { id: i64, how: String },
     #[error("migration {id} was not applied and is cancelled: {why}")]
     MigrationRefused { id: i64, why: String },
     #[error("this replica's lease on the cluster ran out while the work was under way; nothing was written, retry")]

@@ -39,8 +39,12 @@ impl MigrationReason {
     }
 }
 
+/// How long the ending of a migration that a silo completed or failed is kept, so that a retried
+/// call (its first answer lost on the way) gets the first answer rather than 404.
+pub const ENDING_KEPT_MS: Millis = 3_600_000;
+
 /// A grain that should move: the silo hosting it (`from`) is to hand it over to `to`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
 pub struct Migration {
     #[schema(example = 17)]
     pub id: i64,
@@ -79,7 +83,8 @@ pub struct SiloCounts {
 }
 
 /// Why a migration was not applied (it is cancelled).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Refusal {
     /// The grain has no activation any more.
     GrainGone,
@@ -93,6 +98,18 @@ pub enum Refusal {
     Expired,
 }
 
+/// How a silo's call ended a migration: what a retry of either call is answered by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ending {
+    /// Completed: the grain became activation `epoch` on the target.
+    Moved { epoch: i64 },
+    /// Completion was refused, and the migration cancelled.
+    Refused { refusal: Refusal },
+    /// Failed by its source; the grain stayed.
+    Failed,
+}
+
 /// What completing a migration did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
@@ -103,13 +120,33 @@ pub enum Completion {
         migration: Migration,
         refusal: Refusal,
     },
-    /// No such open migration (completed, failed or cancelled already, or never issued).
+    /// A call within [`ENDING_KEPT_MS`] ended it already; nothing was done now.
+    Ended {
+        migration: Migration,
+        ending: Ending,
+    },
+    /// No such open migration, nor one a silo ended lately (cancelled by the oracle, ended
+    /// longer ago, or never issued).
+    NotFound,
+}
+
+/// What failing a migration did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Removed; the grain stays.
+    Failed(Migration),
+    /// A call within [`ENDING_KEPT_MS`] ended it already; nothing was done now.
+    Ended {
+        migration: Migration,
+        ending: Ending,
+    },
+    /// As [`Completion::NotFound`].
     NotFound,
 }
 
 /// Open migrations: issued by the holder of the cluster's lease, polled by source silos,
 /// completed (the directory entry moves in the same transaction) or failed. A grain has at most
-/// one open migration; finished ones are removed.
+/// one open migration; finished ones are removed (how a silo's call ended one is kept a while).
 #[async_trait]
 pub trait MigrationStore: Send + Sync + 'static {
     /// Writes the migrations whose grain is still activation `epoch` on `from` and has no open
@@ -149,12 +186,10 @@ pub trait MigrationStore: Send + Sync + 'static {
         cluster: &ClusterName,
     ) -> Result<Vec<(String, String, u64)>, StoreError>;
 
-    /// Removes an open migration the source could not carry out; `None` when there was none.
-    async fn fail_migration(
-        &self,
-        cluster: &ClusterName,
-        id: i64,
-    ) -> Result<Option<Migration>, StoreError>;
+    /// Removes an open migration the source could not carry out. Both this and
+    /// [`Self::complete_migration`] keep how they ended the migration for [`ENDING_KEPT_MS`], and
+    /// answer a later call about it with that ending.
+    async fn fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, StoreError>;
 
     /// The clusters whose grains may have to move, for the movers' driver: the rebalancer or the
     /// repartitioner is enabled, a silo is being drained, migrations are open (to cancel them when

@@ -62,7 +62,8 @@ pub use membership::{
     Reaped, Reaping, SiloPage,
 };
 pub use migrations::{
-    Completion, Migration, MigrationReason, MigrationStore, NewMigration, Refusal, SiloCounts,
+    Completion, Ending, Failure, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
+    SiloCounts, ENDING_KEPT_MS,
 };
 pub use policy::PolicyStore;
 pub use pools::PoolStore;

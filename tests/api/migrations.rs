@@ -98,9 +98,24 @@ async fn a_source_polls_completes_and_fails_its_migrations(backend: Backend) {
         (Some("b@1"), Some(epoch))
     );
     assert_eq!(app.place("user/alice").await["silo"], "b@1");
-    app.post(&format!("/migrations/{to_alice}/complete"), Value::Null)
-        .await
-        .problem(StatusCode::NOT_FOUND);
+    // The answer was lost and the silo retries: the same answer, nothing moved again. Failing it
+    // now is told it was completed.
+    let again = app
+        .post(&format!("/migrations/{to_alice}/complete"), Value::Null)
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(again.body, done.body);
+    assert_eq!(
+        app.get("/activations/user/alice").await.body["epoch"],
+        epoch
+    );
+    let late = app
+        .post(&format!("/migrations/{to_alice}/fail"), Value::Null)
+        .await;
+    assert_eq!(
+        late.problem(StatusCode::CONFLICT)["type"],
+        "urn:placement-oracle:problem:migration-ended"
+    );
 
     // Bob was deactivated meanwhile: refused, with the reason, and cancelled.
     let gone = app
@@ -123,6 +138,10 @@ async fn a_source_polls_completes_and_fails_its_migrations(backend: Backend) {
         problem["detail"].as_str().unwrap().contains("user/bob"),
         "{problem}"
     );
+    let refused_again = app
+        .post(&format!("/migrations/{to_bob}/complete"), Value::Null)
+        .await;
+    assert_eq!(refused_again.problem(StatusCode::CONFLICT), problem);
     assert_eq!(
         app.get("/migrations?silo=a@1").await.body["migrations"],
         json!([])
@@ -137,7 +156,21 @@ async fn a_source_polls_completes_and_fails_its_migrations(backend: Backend) {
     assert_eq!(failed.status, StatusCode::OK);
     assert_eq!(failed.body["migration"]["grain"], "user/carol");
     assert_eq!(app.get("/activations/user/carol").await.body["silo"], "a@1");
-    app.post(&format!("/migrations/{to_carol}/fail"), Value::Null)
+    let failed_again = app
+        .post(&format!("/migrations/{to_carol}/fail"), Value::Null)
+        .await;
+    assert_eq!(failed_again.status, StatusCode::OK);
+    assert_eq!(failed_again.body, failed.body);
+    let completed_late = app
+        .post(&format!("/migrations/{to_carol}/complete"), Value::Null)
+        .await;
+    assert_eq!(
+        completed_late.problem(StatusCode::CONFLICT)["type"],
+        "urn:placement-oracle:problem:migration-ended"
+    );
+    assert_eq!(app.get("/activations/user/carol").await.body["silo"], "a@1");
+    // An id no silo ended (nor ever issued) is still 404.
+    app.post("/migrations/999999/fail", Value::Null)
         .await
         .problem(StatusCode::NOT_FOUND);
 

@@ -10,8 +10,8 @@ use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
-    Completion, EdgeReport, Lease, LeaseClaim, MigrationReason, NewActivation, NewMigration,
-    Proposal, Refusal, Registration, Store, StoreError,
+    Completion, EdgeReport, Ending, Failure, Lease, LeaseClaim, MigrationReason, NewActivation,
+    NewMigration, Proposal, Refusal, Registration, Store, StoreError, ENDING_KEPT_MS,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -448,8 +448,12 @@ async fn completing_moves_the_entry_as_a_new_activation_or_says_why_not(backend:
         .unwrap();
     let id = |grain: &str| issued.iter().find(|m| m.grain == grain).unwrap().id;
 
-    // Completed: the entry is on b, with a larger epoch; completing again finds nothing.
-    let Completion::Moved { epoch, .. } = store
+    // Completed: the entry is on b, with a larger epoch; completing again (a retry) gets the same
+    // answer and moves nothing, and failing it is told it was completed.
+    let Completion::Moved {
+        epoch,
+        migration: moved,
+    } = store
         .complete_migration(&cluster(), id("user/1"), 60_000)
         .await
         .unwrap()
@@ -470,8 +474,26 @@ async fn completing_moves_the_entry_as_a_new_activation_or_says_why_not(backend:
             .complete_migration(&cluster(), id("user/1"), 60_000)
             .await
             .unwrap(),
-        Completion::NotFound
+        Completion::Ended {
+            migration: moved.clone(),
+            ending: Ending::Moved { epoch }
+        }
     );
+    assert_eq!(
+        store
+            .fail_migration(&cluster(), id("user/1"))
+            .await
+            .unwrap(),
+        Failure::Ended {
+            migration: moved,
+            ending: Ending::Moved { epoch }
+        }
+    );
+    let found = store
+        .lookup(&cluster(), &[GrainId::parse("grain", "user/1").unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(found[0].activation.epoch, epoch, "a retry moves nothing");
 
     // The grain was deactivated meanwhile: refused, and cancelled.
     let grain2 = GrainId::parse("grain", "user/2").unwrap();
@@ -486,6 +508,18 @@ async fn completing_moves_the_entry_as_a_new_activation_or_says_why_not(backend:
             .unwrap(),
         Completion::Refused {
             refusal: Refusal::GrainGone,
+            ..
+        }
+    ));
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), id("user/2"), 60_000)
+            .await
+            .unwrap(),
+        Completion::Ended {
+            ending: Ending::Refused {
+                refusal: Refusal::GrainGone
+            },
             ..
         }
     ));
@@ -527,17 +561,41 @@ async fn completing_moves_the_entry_as_a_new_activation_or_says_why_not(backend:
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(
-        store
-            .fail_migration(&cluster(), more[0].id)
-            .await
-            .unwrap()
-            .map(|m| m.grain),
-        Some("user/4".to_owned())
-    );
+    let Failure::Failed(failed) = store.fail_migration(&cluster(), more[0].id).await.unwrap()
+    else {
+        panic!("failed");
+    };
+    assert_eq!(failed.grain, "user/4");
     assert_eq!(
         store.fail_migration(&cluster(), more[0].id).await.unwrap(),
-        None
+        Failure::Ended {
+            migration: failed.clone(),
+            ending: Ending::Failed
+        }
+    );
+    assert_eq!(
+        store
+            .complete_migration(&cluster(), more[0].id, 60_000)
+            .await
+            .unwrap(),
+        Completion::Ended {
+            migration: failed,
+            ending: Ending::Failed
+        }
+    );
+
+    // Endings are kept an hour: then nothing is known of them.
+    clock.advance_ms(ENDING_KEPT_MS + 1);
+    assert_eq!(
+        store.fail_migration(&cluster(), more[0].id).await.unwrap(),
+        Failure::NotFound
+    );
+    assert_eq!(
+        store
+            .complete_migration(&cluster(), id("user/1"), 60_000)
+            .await
+            .unwrap(),
+        Completion::NotFound
     );
 }
 

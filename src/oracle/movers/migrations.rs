@@ -3,7 +3,7 @@
 
 use super::{Movers, OracleError};
 use crate::cluster::{ClusterName, SiloId};
-use crate::store::{Completion, Migration, Refusal};
+use crate::store::{Completion, Ending, Failure, Migration, Refusal};
 use crate::telemetry::metric;
 
 /// One page of a silo's open migrations.
@@ -75,25 +75,60 @@ impl Movers {
                     why: refusal_text(&migration, &refusal),
                 })
             }
+            // A retry: the first call's answer again, counted once.
+            Completion::Ended { migration, ending } => match ending {
+                Ending::Moved { epoch } => Ok(Moved { migration, epoch }),
+                Ending::Refused { refusal } => Err(OracleError::MigrationRefused {
+                    id,
+                    why: refusal_text(&migration, &refusal),
+                }),
+                Ending::Failed => Err(OracleError::MigrationEnded {
+                    id,
+                    how: format!(
+                        "failed by its source already: grain `{}` stayed on `{}`",
+                        migration.grain, migration.from
+                    ),
+                }),
+            },
             Completion::NotFound => Err(OracleError::MigrationNotFound(id)),
         }
     }
 
-    /// Removes a migration its source could not carry out; the grain stays where it is.
+    /// Removes a migration its source could not carry out; the grain stays where it is. A retry
+    /// gets the first answer; failing a migration that was completed is refused.
     pub async fn fail_migration(
         &self,
         cluster: &ClusterName,
         id: i64,
     ) -> Result<Migration, OracleError> {
         self.views.read(cluster).await?;
-        let failed = self
+        let failure = self
             .store
             .fail_migration(cluster, id)
             .await
-            .inspect_err(|_| metric::store_error("fail_migration"))?
-            .ok_or(OracleError::MigrationNotFound(id))?;
-        metric::migrations(failed.reason.as_str(), "failed", 1);
-        Ok(failed)
+            .inspect_err(|_| metric::store_error("fail_migration"))?;
+        match failure {
+            Failure::Failed(failed) => {
+                metric::migrations(failed.reason.as_str(), "failed", 1);
+                Ok(failed)
+            }
+            // Refused completions cancelled it, and the grain was not moved: as if failed.
+            Failure::Ended {
+                migration,
+                ending: Ending::Failed | Ending::Refused { .. },
+            } => Ok(migration),
+            Failure::Ended {
+                migration,
+                ending: Ending::Moved { epoch },
+            } => Err(OracleError::MigrationEnded {
+                id,
+                how: format!(
+                    "completed already: grain `{}` is activation {epoch} on `{}`",
+                    migration.grain, migration.to
+                ),
+            }),
+            Failure::NotFound => Err(OracleError::MigrationNotFound(id)),
+        }
     }
 }
 

@@ -6,10 +6,28 @@ use super::{ClusterState, MemoryStore};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId, SiloStatus};
 use crate::store::{
-    Completion, Lease, Migration, MigrationStore, NewMigration, Refusal, SiloCounts, StoreError,
+    Completion, Ending, Failure, Lease, Migration, MigrationStore, NewMigration, Refusal,
+    SiloCounts, StoreError, ENDING_KEPT_MS,
 };
 
 impl ClusterState {
+    /// Keeps how a silo's call ended `migration` (the migration itself is removed already), and
+    /// forgets endings older than [`ENDING_KEPT_MS`].
+    fn end(&mut self, migration: &Migration, ending: Ending, now: Millis) {
+        self.migration_endings
+            .retain(|_, (ended, ..)| now - *ended <= ENDING_KEPT_MS);
+        self.migration_endings
+            .insert(migration.id, (now, migration.clone(), ending));
+    }
+
+    /// How a call within [`ENDING_KEPT_MS`] ended migration `id`, if one did.
+    fn ending(&self, id: i64, now: Millis) -> Option<(Migration, Ending)> {
+        self.migration_endings
+            .get(&id)
+            .filter(|(ended, ..)| now - *ended <= ENDING_KEPT_MS)
+            .map(|(_, migration, ending)| (migration.clone(), ending.clone()))
+    }
+
     /// Why `m` can no longer apply at `now`, if it cannot.
     fn refusal(&self, m: &Migration, now: Millis, ttl_ms: Millis) -> Option<Refusal> {
         if now - m.created_at_ms > ttl_ms {
@@ -115,9 +133,16 @@ impl MigrationStore for MemoryStore {
             return Ok(Completion::NotFound);
         };
         let Some(migration) = state.migrations.remove(&id) else {
-            return Ok(Completion::NotFound);
+            return Ok(match state.ending(id, now) {
+                Some((migration, ending)) => Completion::Ended { migration, ending },
+                None => Completion::NotFound,
+            });
         };
         if let Some(refusal) = state.refusal(&migration, now, ttl_ms) {
+            let ending = Ending::Refused {
+                refusal: refusal.clone(),
+            };
+            state.end(&migration, ending, now);
             return Ok(Completion::Refused { migration, refusal });
         }
         let mut entry = state
@@ -137,6 +162,7 @@ impl MigrationStore for MemoryStore {
             .or_default()
             .insert(migration.grain.clone());
         state.directory.insert(migration.grain.clone(), entry);
+        state.end(&migration, Ending::Moved { epoch }, now);
         Ok(Completion::Moved { migration, epoch })
     }
 
@@ -158,15 +184,20 @@ impl MigrationStore for MemoryStore {
             .collect())
     }
 
-    async fn fail_migration(
-        &self,
-        cluster: &ClusterName,
-        id: i64,
-    ) -> Result<Option<Migration>, StoreError> {
-        Ok(self
-            .clusters()
-            .get_mut(cluster)
-            .and_then(|state| state.migrations.remove(&id)))
+    async fn fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, StoreError> {
+        let now = self.clock.now_ms();
+        let mut clusters = self.clusters();
+        let Some(state) = clusters.get_mut(cluster) else {
+            return Ok(Failure::NotFound);
+        };
+        let Some(migration) = state.migrations.remove(&id) else {
+            return Ok(match state.ending(id, now) {
+                Some((migration, ending)) => Failure::Ended { migration, ending },
+                None => Failure::NotFound,
+            });
+        };
+        state.end(&migration, Ending::Failed, now);
+        Ok(Failure::Failed(migration))
     }
 
     async fn cancel_stale_migrations(

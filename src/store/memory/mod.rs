@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Activation, Lease, LimitReached, Located, Migration, PendingEdge, Store, StoreError,
+    Activation, Ending, Lease, LimitReached, Located, Migration, PendingEdge, Store, StoreError,
     StoreSettings, StoreStats,
 };
 use crate::clock::{Clock, Millis};
@@ -58,6 +58,8 @@ struct ClusterState {
     lease: Option<Lease>,
     /// Open migrations by id ([`migrations`]).
     migrations: BTreeMap<i64, Migration>,
+    /// How silos' calls ended migrations lately, by id: when, the migration, the ending.
+    migration_endings: BTreeMap<i64, (Millis, Migration, Ending)>,
     last_migration_id: i64,
     /// The background work's state by kind, written under the lease.
     work_state: HashMap<String, serde_json::Value>,
@@ -201,6 +203,7 @@ impl MemoryStore {
                 by_silo: HashMap::new(),
                 lease: None,
                 migrations: BTreeMap::new(),
+                migration_endings: BTreeMap::new(),
                 last_migration_id: 0,
                 work_state: HashMap::new(),
                 edges: VecDeque::new(),

@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
+use sqlx::types::Json;
 use sqlx::{Postgres, Row, Transaction};
 
 use super::error::{deadlock_as_contention, PgError};
@@ -13,8 +14,8 @@ use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId};
 use crate::store::{
-    Completion, Lease, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
-    SiloCounts, StoreError,
+    Completion, Ending, Failure, Lease, Migration, MigrationReason, MigrationStore, NewMigration,
+    Refusal, SiloCounts, StoreError, ENDING_KEPT_MS,
 };
 
 const COLUMNS: &str = "id, grain, from_silo, to_silo, reason, epoch, created_at_ms";
@@ -128,12 +129,15 @@ impl PostgresStore {
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            return Ok(Completion::NotFound);
+            return Ok(match self.ending(&mut tx, cluster, id).await? {
+                Some((migration, ending)) => Completion::Ended { migration, ending },
+                None => Completion::NotFound,
+            });
         };
         let m = migration(&row)?;
         let now: Millis = row.try_get("now")?;
         if now - m.created_at_ms > ttl_ms {
-            return refuse(tx, cluster, m, Refusal::Expired).await;
+            return refuse(tx, cluster, m, Refusal::Expired, now).await;
         }
         // Both silos, in id order, KEY SHARE: a death (FOR UPDATE) waits for this transaction,
         // or this one sees it.
@@ -158,12 +162,12 @@ impl PostgresStore {
         .await?;
         let find = |id: &str| silos.iter().find(|(silo, ..)| silo == id);
         if !find(&m.from).is_some_and(|(_, status, live, _)| status != "dead" && *live) {
-            return refuse(tx, cluster, m, Refusal::SourceDead).await;
+            return refuse(tx, cluster, m, Refusal::SourceDead, now).await;
         }
         let target_ok = find(&m.to)
             .is_some_and(|(_, status, live, hosts)| status == "active" && *live && *hosts);
         if !target_ok {
-            return refuse(tx, cluster, m, Refusal::TargetUnavailable).await;
+            return refuse(tx, cluster, m, Refusal::TargetUnavailable, now).await;
         }
         let entry: Option<(String, i64)> = sqlx::query_as(
             "SELECT silo, epoch FROM activations WHERE cluster = $1 AND grain = $2 FOR UPDATE",
@@ -173,9 +177,10 @@ impl PostgresStore {
         .fetch_optional(&mut *tx)
         .await?;
         match entry {
-            None => return refuse(tx, cluster, m, Refusal::GrainGone).await,
+            None => return refuse(tx, cluster, m, Refusal::GrainGone, now).await,
             Some((silo, epoch)) if silo != m.from || epoch != m.epoch => {
-                return refuse(tx, cluster, m, Refusal::GrainMoved { silo, epoch }).await;
+                let refusal = Refusal::GrainMoved { silo, epoch };
+                return refuse(tx, cluster, m, refusal, now).await;
             }
             Some(_) => {}
         }
@@ -191,7 +196,7 @@ impl PostgresStore {
         .bind(m.reason.as_str())
         .fetch_one(&mut *tx)
         .await?;
-        remove(&mut tx, cluster, m.id).await?;
+        end(&mut tx, cluster, &m, &Ending::Moved { epoch }, now).await?;
         tx.commit().await?;
         Ok(Completion::Moved {
             migration: m,
@@ -199,19 +204,48 @@ impl PostgresStore {
         })
     }
 
-    async fn try_fail_migration(
+    /// How a call within [`ENDING_KEPT_MS`] ended migration `id`, if one did.
+    async fn ending(
         &self,
+        tx: &mut Transaction<'_, Postgres>,
         cluster: &ClusterName,
         id: i64,
-    ) -> Result<Option<Migration>, StoreError> {
+    ) -> Result<Option<(Migration, Ending)>, PgError> {
+        let ended: Option<(Json<Migration>, Json<Ending>)> = sqlx::query_as(
+            "SELECT migration, ending FROM migration_endings
+             WHERE cluster = $1 AND id = $2
+               AND ended_ms >= COALESCE($3::int8, oracle_now_ms()) - $4",
+        )
+        .bind(cluster.as_str())
+        .bind(id)
+        .bind(self.now())
+        .bind(ENDING_KEPT_MS)
+        .fetch_optional(&mut **tx)
+        .await?;
+        Ok(ended.map(|(migration, ending)| (migration.0, ending.0)))
+    }
+
+    async fn try_fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, PgError> {
+        let mut tx = self.pool.begin().await?;
         let row = sqlx::query(&format!(
-            "DELETE FROM migrations WHERE cluster = $1 AND id = $2 RETURNING {COLUMNS}"
+            "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
+             FROM migrations WHERE cluster = $1 AND id = $2 FOR UPDATE"
         ))
         .bind(cluster.as_str())
         .bind(id)
-        .fetch_optional(&self.pool)
+        .bind(self.now())
+        .fetch_optional(&mut *tx)
         .await?;
-        row.as_ref().map(migration).transpose()
+        let Some(row) = row else {
+            return Ok(match self.ending(&mut tx, cluster, id).await? {
+                Some((migration, ending)) => Failure::Ended { migration, ending },
+                None => Failure::NotFound,
+            });
+        };
+        let m = migration(&row)?;
+        end(&mut tx, cluster, &m, &Ending::Failed, row.try_get("now")?).await?;
+        tx.commit().await?;
+        Ok(Failure::Failed(m))
     }
 
     async fn try_cancel_stale_migrations(
@@ -253,22 +287,41 @@ async fn refuse(
     cluster: &ClusterName,
     migration: Migration,
     refusal: Refusal,
+    now: Millis,
 ) -> Result<Completion, PgError> {
-    remove(&mut tx, cluster, migration.id).await?;
+    let ending = Ending::Refused {
+        refusal: refusal.clone(),
+    };
+    end(&mut tx, cluster, &migration, &ending, now).await?;
     tx.commit().await?;
     Ok(Completion::Refused { migration, refusal })
 }
 
-async fn remove(
+/// Removes the migration and keeps how it ended (pruning the cluster's endings older than
+/// [`ENDING_KEPT_MS`] on the way).
+async fn end(
     tx: &mut Transaction<'_, Postgres>,
     cluster: &ClusterName,
-    id: i64,
+    migration: &Migration,
+    ending: &Ending,
+    now: Millis,
 ) -> Result<(), PgError> {
-    sqlx::query("DELETE FROM migrations WHERE cluster = $1 AND id = $2")
-        .bind(cluster.as_str())
-        .bind(id)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "WITH removed AS (DELETE FROM migrations WHERE cluster = $1 AND id = $2),
+              pruned AS (DELETE FROM migration_endings WHERE cluster = $1 AND ended_ms < $5 - $6)
+         INSERT INTO migration_endings (cluster, id, migration, ending, ended_ms)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (cluster, id) DO UPDATE
+         SET migration = EXCLUDED.migration, ending = EXCLUDED.ending, ended_ms = EXCLUDED.ended_ms",
+    )
+    .bind(cluster.as_str())
+    .bind(migration.id)
+    .bind(Json(migration))
+    .bind(Json(ending))
+    .bind(now)
+    .bind(ENDING_KEPT_MS)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -327,12 +380,9 @@ impl MigrationStore for PostgresStore {
         .await
     }
 
-    async fn fail_migration(
-        &self,
-        cluster: &ClusterName,
-        id: i64,
-    ) -> Result<Option<Migration>, StoreError> {
-        self.guard(self.try_fail_migration(cluster, id)).await
+    async fn fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, StoreError> {
+        self.guard(async { deadlock_as_contention(self.try_fail_migration(cluster, id).await) })
+            .await
     }
 
     async fn cancel_stale_migrations(
