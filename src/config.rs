@@ -51,6 +51,24 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL", global = true)]
     pub database_url: Option<String>,
 
+    /// The connection string migrations use (`migrate`, and `serve` when it migrates): a direct
+    /// connection to the primary, with rights to change the schema, when DATABASE_URL goes
+    /// through a pooler or names a role without them. Defaults to DATABASE_URL.
+    #[arg(long, env = "ORACLE_MIGRATION_DATABASE_URL", global = true)]
+    pub migration_database_url: Option<String>,
+
+    /// Whether `serve` applies pending migrations before serving. With `false` (migrations run
+    /// once, by `placement-oracle migrate` or a Kubernetes Job), it checks that the schema is
+    /// current and refuses to start if it is not.
+    #[arg(
+        long,
+        env = "ORACLE_MIGRATE_ON_START",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        global = true
+    )]
+    pub migrate_on_start: bool,
+
     /// Default silence (ms) after which a silo is dead; a cluster's policy may override it.
     #[arg(
         long,
@@ -428,12 +446,25 @@ impl Config {
                  (e.g. `openssl rand -hex 32`)",
             );
         }
-        if let Some(url) = &self.database_url {
-            check(
-                url.starts_with("postgres://") || url.starts_with("postgresql://"),
-                "DATABASE_URL must be a postgres:// or postgresql:// URL",
-            );
+        for (name, url) in [
+            ("DATABASE_URL", &self.database_url),
+            (
+                "ORACLE_MIGRATION_DATABASE_URL",
+                &self.migration_database_url,
+            ),
+        ] {
+            if let Some(url) = url {
+                check(
+                    url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                    &format!("{name} must be a postgres:// or postgresql:// URL"),
+                );
+            }
         }
+        check(
+            self.migration_database_url.is_none() || self.database_url.is_some(),
+            "ORACLE_MIGRATION_DATABASE_URL is set but DATABASE_URL is not: the embedded store has \
+             no schema to migrate",
+        );
         if let Err(problem) = self.webhook_hosts() {
             problems.push(format!("ORACLE_WEBHOOK_ALLOWED_HOSTS: {problem}"));
         }
@@ -550,6 +581,13 @@ impl Config {
         self.database_url.as_deref().map(redact_url)
     }
 
+    /// The URL migrations use: `ORACLE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`.
+    pub fn migration_url(&self) -> Option<&str> {
+        self.migration_database_url
+            .as_deref()
+            .or(self.database_url.as_deref())
+    }
+
     /// The configuration with no flags: defaults, overridden by any `ORACLE_*`/`DATABASE_URL`
     /// variables in the environment. For tests and tools that build an app in-process.
     pub fn defaults() -> Self {
@@ -562,6 +600,11 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("database_url", &self.database_url_redacted())
+            .field(
+                "migration_database_url",
+                &self.migration_database_url.as_deref().map(redact_url),
+            )
+            .field("migrate_on_start", &self.migrate_on_start)
             .field("silo_ttl_ms", &self.silo_ttl_ms)
             .field("db_pool_size", &self.db_pool_size)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)

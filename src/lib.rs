@@ -65,10 +65,29 @@ use crate::store::memory::MemoryStore;
 use crate::store::postgres::PostgresStore;
 use crate::store::Store;
 
-/// Opens the store the configuration asks for, applying migrations to Postgres.
+/// Applies pending migrations through the migration URL (`ORACLE_MIGRATION_DATABASE_URL`, else
+/// `DATABASE_URL`), on a connection of its own.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let Some(url) = config.migration_url() else {
+        anyhow::bail!("`migrate` needs DATABASE_URL: the embedded store has no schema to migrate");
+    };
+    let store =
+        PostgresStore::connect(url, 1, config.db_acquire_timeout(), config.store_settings())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to Postgres to migrate: {e}"))?;
+    store.migrate().await?;
+    store.pool().close().await;
+    Ok(())
+}
+
+/// Opens the store the configuration asks for. On Postgres, applies pending migrations first
+/// (`ORACLE_MIGRATE_ON_START`, the default), or checks that none is pending.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     match &config.database_url {
         Some(url) => {
+            if config.migrate_on_start {
+                migrate(config).await?;
+            }
             let store = PostgresStore::connect(
                 url,
                 config.db_pool_size,
@@ -82,8 +101,15 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                     config.database_url_redacted().unwrap_or_default()
                 )
             })?;
-            store.migrate().await?;
-            tracing::info!(database = %config.database_url_redacted().unwrap_or_default(), "using the Postgres store; migrations applied");
+            let pending = store.pending_migrations().await?;
+            if let Some(first) = pending.first() {
+                anyhow::bail!(
+                    "the database's schema lacks {} migration(s) of this version, the first \
+                     {first}: run `placement-oracle migrate` (ORACLE_MIGRATE_ON_START is false)",
+                    pending.len()
+                );
+            }
+            tracing::info!(database = %config.database_url_redacted().unwrap_or_default(), "using the Postgres store; its schema is current");
             Ok(Arc::new(store))
         }
         None => {

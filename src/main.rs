@@ -32,12 +32,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::debug!(?config, "configuration");
 
     if command == Command::Migrate {
-        if config.database_url.is_none() {
-            anyhow::bail!(
-                "`migrate` needs DATABASE_URL: the embedded store has no schema to migrate"
-            );
-        }
-        open_store(&config).await?;
+        placement_oracle::migrate(&config).await?;
         tracing::info!("migrations applied");
         return Ok(());
     }

@@ -670,6 +670,6 @@ fn kustomize_applies_every_k8s_manifest_but_the_examples() {
     );
     assert_eq!(
         unlisted_resources(&kustomization, &manifests, |_| false).len(),
-        4
+        5
     );
 }

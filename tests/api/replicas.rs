@@ -279,6 +279,44 @@ async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
     );
 }
 
+/// Migrations run once (`placement-oracle migrate`, a Kubernetes Job) through their own URL, and
+/// replicas started with `ORACLE_MIGRATE_ON_START=false` refuse a schema that is behind instead
+/// of changing it.
+#[tokio::test]
+async fn replicas_that_do_not_migrate_refuse_a_schema_behind_and_take_a_current_one() {
+    let database = TestDatabase::create_empty().await;
+    let mut config = placement_oracle::config::Config::defaults();
+    config.database_url = Some("postgres://nobody@127.0.0.1:1/unused".to_owned());
+    config.migration_database_url = Some(database.url());
+    config.migrate_on_start = false;
+    // `migrate` uses the migration URL alone (DATABASE_URL here leads nowhere).
+    placement_oracle::migrate(&config).await.unwrap();
+
+    let behind = TestDatabase::create_empty().await;
+    config.database_url = Some(behind.url());
+    let refused = placement_oracle::open_store(&config).await.err().unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("run `placement-oracle migrate`"),
+        "{refused}"
+    );
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .fetch_one(&reached_pool(&behind).await)
+            .await
+            .unwrap();
+    assert_eq!(tables, 0, "a replica that does not migrate changes nothing");
+
+    config.database_url = Some(database.url());
+    let store = placement_oracle::open_store(&config).await.unwrap();
+    store.ping().await.unwrap();
+}
+
+async fn reached_pool(database: &TestDatabase) -> sqlx::PgPool {
+    sqlx::PgPool::connect(&database.url()).await.unwrap()
+}
+
 /// A replica answers placements of grains it answered for lately from its own cache, so its answer
 /// can be stale: another replica may have moved the grain since. The store alone registers, so a
 /// stale answer costs a forwarded call, never a second activation — as long as a silo runs a grain

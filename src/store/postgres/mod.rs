@@ -115,12 +115,11 @@ impl PostgresStore {
         acquire_timeout: Duration,
         settings: StoreSettings,
     ) -> Result<Self, StoreError> {
-        // Every query here is a short indexed statement whose best plan does not depend on its
-        // parameters. Postgres would otherwise keep planning some of them afresh on each call
-        // (its cost model prefers custom plans for `= ANY($array)`), which measured as 2.4× the
-        // database CPU per directory lookup.
-        let options =
-            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
+        // No startup parameter a default PgBouncer refuses ("unsupported startup parameter"):
+        // sqlx would send `extra_float_digits` (text-format floats only; every query here is
+        // binary) and `options`, so the session setting below is made once per new connection
+        // instead, which also survives a pooler that drops startup options.
+        let options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
         let connections = Arc::new(ConnectionTrust::default());
         let trust = connections.clone();
         let pool = PgPoolOptions::new()
@@ -134,6 +133,20 @@ impl PostgresStore {
             .before_acquire(move |_, connection| {
                 let trusted = trust.trusts(connection.age);
                 Box::pin(async move { Ok(trusted) })
+            })
+            // Every query here is a short indexed statement whose best plan does not depend on
+            // its parameters. Postgres would otherwise keep planning some of them afresh on each
+            // call (its cost model prefers custom plans for `= ANY($array)`), which measured as
+            // 2.4× the database CPU per directory lookup.
+            .after_connect(|connection, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(
+                        &mut *connection,
+                        "SET plan_cache_mode = force_generic_plan",
+                    )
+                    .await?;
+                    Ok(())
+                })
             })
             .connect_with(options)
             .await?;
@@ -182,6 +195,27 @@ impl PostgresStore {
         }
         MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    /// The migrations of this version the database has not applied (`version description`), in
+    /// order: none when its schema is current.
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.pool)
+                .await
+                .or_else(|error| match &error {
+                    // No migration was ever applied: the table does not exist.
+                    sqlx::Error::Database(e) if e.code().as_deref() == Some("42P01") => {
+                        Ok(Vec::new())
+                    }
+                    _ => Err(error),
+                })?;
+        Ok(MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| format!("{} {}", m.version, m.description))
+            .collect())
     }
 
     pub fn pool(&self) -> &PgPool {
