@@ -2,8 +2,9 @@
 //! reports, the lease), and what an operator may ask of it: `POST …/rebalancer/cycles` (one cycle
 //! now), `…/sessions` (start one now), `…/suspend`, `…/resume`.
 //!
-//! Changes run on the replica holding the cluster's lease: a request reaching another replica
-//! takes the lease when it is free, else gets 409 naming the holder.
+//! Changes run on the replica holding the cluster's lease, and any replica a request reaches
+//! takes the lease over to serve it (the previous holder's unfinished writes are fenced off): 409
+//! only when yet another replica took it over while the request ran.
 
 use crate::oracle::Movers;
 use std::collections::BTreeMap;
@@ -167,7 +168,7 @@ pub async fn get_rebalancer(
     responses(
         (status = 200, description = "The cycle's report and migrations", body = CycleResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica took the cluster's lease over while the request ran; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_cycle(
@@ -189,7 +190,7 @@ pub async fn post_cycle(
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica took the cluster's lease over while the request ran; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_session(
@@ -215,7 +216,7 @@ pub async fn post_session(
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica took the cluster's lease over while the request ran; retry", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid cluster name or duration", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -249,7 +250,7 @@ pub async fn post_suspend(
     responses(
         (status = 200, description = "The rebalancer", body = RebalancerResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica took the cluster's lease over while the request ran; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn post_resume(

@@ -257,7 +257,7 @@ pub async fn get_repartitioner(
     responses(
         (status = 200, description = "The round's moves and migrations", body = RoundResponse),
         (status = 404, description = "No such cluster", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another replica holds the cluster's lease", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another replica took the cluster's lease over while the request ran; retry", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable, or the lease ran out meanwhile; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]

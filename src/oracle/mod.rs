@@ -91,7 +91,7 @@ pub enum OracleError {
     MigrationRefused { id: i64, why: String },
     #[error("this replica's lease on the cluster ran out while the work was under way; nothing was written, retry")]
     LeaseExpired,
-    #[error("replica `{holder}` runs this cluster's background work (its lease expires at {expires_at_ms} ms); send the request again, to it or after the lease moves")]
+    #[error("replica `{holder}` took this cluster's lease over while the request ran (its lease expires at {expires_at_ms} ms); send the request again")]
     LeaseHeldElsewhere { holder: String, expires_at_ms: i64 },
     #[error("the policy is at version {current}, not the version named in If-Match; read it again and reapply the change")]
     PolicyVersionMismatch { current: i64 },

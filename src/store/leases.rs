@@ -47,6 +47,17 @@ pub trait LeaseStore: Send + Sync + 'static {
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError>;
 
+    /// Takes the lease for `holder` whoever holds it (a new token, unless `holder` has it
+    /// unexpired: then renewed), for `ttl_ms` from now: an operator's request is served by the
+    /// replica it reaches. The previous holder's writes fenced by its token are refused from now
+    /// on, so work it had under way is dropped, never half written. Never `HeldByOther`.
+    async fn take_over_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError>;
+
     /// The cluster's lease, expired or not; `None` when never taken.
     async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError>;
 

@@ -334,9 +334,11 @@ for_both_stores!(
     the_lease_holder_runs_rounds_on_the_timer,
 );
 
-/// Two replicas on one Postgres: edges reported to B are planned on by A, the lease holder.
+/// Two replicas on one Postgres, as behind a Service: edges reported to B are planned on by A,
+/// the lease holder; an operator's round that reaches B is run by B, which takes the lease over
+/// (A's fenced writes are refused from then on), and A's next request takes it back.
 #[tokio::test]
-async fn a_report_to_any_replica_reaches_the_lease_holders_next_round() {
+async fn a_report_or_an_operators_round_at_any_replica_is_served() {
     let (_, a, b) = TestApp::two_replicas().await;
     a.heartbeat(S1, json!({})).await;
     a.heartbeat(S2, json!({})).await;
@@ -350,10 +352,24 @@ async fn a_report_to_any_replica_reaches_the_lease_holders_next_round() {
         StatusCode::OK
     );
     report(&b, &[("g/a", "g/b", 4), ("g/a", "g/c", 4)]).await;
-    let refused = b.post("/repartitioner/rounds", Value::Null).await;
-    refused.problem(StatusCode::CONFLICT);
     let round = a.post("/repartitioner/rounds", Value::Null).await;
     assert_eq!(round.body["remote_fraction_before"], 1.0, "{}", round.body);
     assert_eq!(round.body["migrations"].as_array().unwrap().len(), 1);
     assert_eq!(round.body["remote_fraction_after"], 0.5);
+
+    let at_b = b.post("/repartitioner/rounds", Value::Null).await;
+    assert_eq!(at_b.status, StatusCode::OK, "{}", at_b.body);
+    assert_eq!(
+        at_b.body["round"], 3,
+        "B carries on A's rounds: {}",
+        at_b.body
+    );
+    let status = a.get("/repartitioner").await;
+    assert_eq!(status.body["lease"]["holder"], b.oracle_replica());
+    let back = a.post("/repartitioner/rounds", Value::Null).await;
+    assert_eq!(back.body["round"], 4, "{}", back.body);
+    assert_eq!(
+        a.get("/repartitioner").await.body["lease"]["holder"],
+        a.oracle_replica()
+    );
 }

@@ -278,6 +278,39 @@ async fn a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover(ba
     assert!(store.release_lease(&cluster(), &b).await.unwrap());
     let again = held(store.claim_lease(&cluster(), "a", 10_000).await.unwrap());
     assert_eq!((again.holder.as_str(), again.token), ("a", 3));
+
+    // An operator's request at B takes the lease over while A's runs: a new token, and A's
+    // writes fenced by the old one are refused from then on. A taking over its own lease renews it.
+    let taken = held(
+        store
+            .take_over_lease(&cluster(), "b", 10_000)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((taken.holder.as_str(), taken.token), ("b", 4));
+    let state = serde_json::json!({"cycle": 1});
+    assert!(!store
+        .save_work_state(&cluster(), &again, "rebalancer", &state)
+        .await
+        .unwrap());
+    assert!(store
+        .save_work_state(&cluster(), &taken, "rebalancer", &state)
+        .await
+        .unwrap());
+    let renewed = held(
+        store
+            .take_over_lease(&cluster(), "b", 10_000)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(renewed.token, 4);
+    assert_eq!(
+        store
+            .take_over_lease(&ClusterName::parse("nope").unwrap(), "b", 10_000)
+            .await
+            .unwrap(),
+        LeaseClaim::NoCluster
+    );
 }
 
 async fn racing_claims_give_the_lease_to_exactly_one(backend: Backend) {

@@ -11,15 +11,17 @@ use crate::store::{Lease, LeaseClaim};
 use crate::telemetry::metric;
 
 impl Movers {
-    /// The lease for an operator's request: taken or renewed here, or an error naming the
-    /// replica that holds it.
+    /// The lease for an operator's request, taken over here whoever held it: an operator
+    /// behind a Service reaches any replica, and each serves the request itself. The previous
+    /// holder's fenced writes are refused from now on, so whatever it had under way is dropped,
+    /// not half written; its driver finds the lease held here and leaves the cluster alone.
     pub(super) async fn lease_for_request(
         &self,
         cluster: &ClusterName,
     ) -> Result<Lease, OracleError> {
         match self
             .store
-            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
+            .take_over_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
             .await?
         {
             LeaseClaim::Held(lease) => {

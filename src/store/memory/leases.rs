@@ -16,13 +16,15 @@ impl super::ClusterState {
     }
 }
 
-#[async_trait]
-impl LeaseStore for MemoryStore {
-    async fn claim_lease(
+impl MemoryStore {
+    /// Claims the lease for `holder`: when free, expired or already `holder`'s, or — with
+    /// `take_over` — whoever holds it.
+    fn lease_for(
         &self,
         cluster: &ClusterName,
         holder: &str,
         ttl_ms: Millis,
+        take_over: bool,
     ) -> Result<LeaseClaim, StoreError> {
         let now = self.clock.now_ms();
         let mut clusters = self.clusters();
@@ -31,7 +33,9 @@ impl LeaseStore for MemoryStore {
         };
         let expires_at_ms = now.saturating_add(ttl_ms);
         let claim = match &state.lease {
-            Some(current) if current.holder != holder && current.expires_at_ms > now => {
+            Some(current)
+                if !take_over && current.holder != holder && current.expires_at_ms > now =>
+            {
                 return Ok(LeaseClaim::HeldByOther(current.clone()));
             }
             Some(current) if current.holder == holder && current.expires_at_ms > now => Lease {
@@ -52,6 +56,27 @@ impl LeaseStore for MemoryStore {
         };
         state.lease = Some(claim.clone());
         Ok(LeaseClaim::Held(claim))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn claim_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        self.lease_for(cluster, holder, ttl_ms, false)
+    }
+
+    async fn take_over_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        self.lease_for(cluster, holder, ttl_ms, true)
     }
 
     async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {

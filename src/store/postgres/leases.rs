@@ -54,6 +54,33 @@ impl PostgresStore {
         })
     }
 
+    async fn try_take_over_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        let taken: Option<LeaseRow> = sqlx::query_as(
+            "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
+             INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)
+             SELECT c.name, $2, 1, now.ms + $3 FROM clusters c, now WHERE c.name = $1
+             ON CONFLICT (cluster) DO UPDATE
+                SET holder = EXCLUDED.holder,
+                    token = CASE WHEN l.holder = EXCLUDED.holder
+                                  AND l.expires_at_ms > (SELECT ms FROM now)
+                                 THEN l.token ELSE l.token + 1 END,
+                    expires_at_ms = EXCLUDED.expires_at_ms
+             RETURNING holder, token, expires_at_ms",
+        )
+        .bind(cluster.as_str())
+        .bind(holder)
+        .bind(ttl_ms)
+        .bind(self.now())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(taken.map_or(LeaseClaim::NoCluster, |row| LeaseClaim::Held(lease(row))))
+    }
+
     async fn try_lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {
         let row: Option<LeaseRow> = sqlx::query_as(
             "SELECT holder, token, expires_at_ms FROM cluster_leases WHERE cluster = $1",
@@ -158,6 +185,16 @@ impl LeaseStore for PostgresStore {
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError> {
         self.guard(self.try_claim_lease(cluster, holder, ttl_ms))
+            .await
+    }
+
+    async fn take_over_lease(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<LeaseClaim, StoreError> {
+        self.guard(self.try_take_over_lease(cluster, holder, ttl_ms))
             .await
     }
 
