@@ -71,11 +71,19 @@ contract/build/venv/bin/st --config-file contract/schemathesis.toml run "$BASE_U
 step "Schemathesis against an open-mode oracle (no admin token, embedded store): every check, $OPEN_EXAMPLES examples"
 # The spec such an oracle serves says no credential is needed, so checks about authentication
 # (ignored_auth, missing_required_header) hold it to that.
+if curl -fs "http://127.0.0.1:$OPEN_PORT/healthz" > /dev/null 2>&1; then
+  echo "something already answers at port $OPEN_PORT; stop it or set ORACLE_CONTRACT_OPEN_PORT" >&2; exit 1
+fi
 env -u ORACLE_ADMIN_TOKEN ORACLE_LISTEN="127.0.0.1:$OPEN_PORT" "$BINARY" > contract/build/oracle-open.log 2>&1 &
 OPEN_ORACLE=$!
 trap 'kill $ORACLE $OPEN_ORACLE 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$OPEN_PORT/readyz" > /dev/null && break; sleep 0.2; done
-kill -0 $OPEN_ORACLE
+for attempt in $(seq 100); do
+  if curl -fs "http://127.0.0.1:$OPEN_PORT/readyz" > /dev/null; then break; fi
+  if ! kill -0 $OPEN_ORACLE 2>/dev/null || [[ $attempt -eq 100 ]]; then
+    echo "the open-mode oracle did not become ready; its log:" >&2; cat contract/build/oracle-open.log >&2; exit 1
+  fi
+  sleep 0.2
+done
 contract/build/venv/bin/st --config-file contract/schemathesis.toml run "http://127.0.0.1:$OPEN_PORT/openapi.json" \
   --url "http://127.0.0.1:$OPEN_PORT" --checks all --exclude-checks use_after_free \
   --max-examples "$OPEN_EXAMPLES" --no-color

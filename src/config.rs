@@ -65,6 +65,9 @@ pub struct Config {
         env = "ORACLE_MIGRATE_ON_START",
         default_value_t = true,
         action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
         global = true
     )]
     pub migrate_on_start: bool,
@@ -648,6 +651,21 @@ fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migrating_at_start_is_on_unless_turned_off_in_any_usual_spelling() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["placement-oracle"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).map(|cli| cli.config.migrate_on_start)
+        };
+        assert!(parse(&[]).unwrap());
+        assert!(parse(&["--migrate-on-start"]).unwrap());
+        for off in ["false", "no", "0", "off"] {
+            assert!(!parse(&["--migrate-on-start", off]).unwrap(), "{off}");
+        }
+        assert!(parse(&["--migrate-on-start", "maybe"]).is_err());
+    }
 
     #[test]
     fn passwords_never_show_in_debug_output() {

@@ -101,7 +101,13 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                     config.database_url_redacted().unwrap_or_default()
                 )
             })?;
-            let pending = store.pending_migrations().await?;
+            let pending = store.pending_migrations().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot read which migrations the database has applied ({e}); the serving \
+                     role needs SELECT on _sqlx_migrations and data rights on the oracle's tables \
+                     (docs/CONFIGURATION.md, \"Roles\")"
+                )
+            })?;
             if let Some(first) = pending.first() {
                 anyhow::bail!(
                     "the database's schema lacks {} migration(s) of this version, the first \

@@ -66,8 +66,13 @@ pub fn metrics_handle() -> PrometheusHandle {
 pub mod metric {
     use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 
-    pub const HTTP_REQUESTS: &str = "http_requests_total";
-    pub const HTTP_DURATION: &str = "http_request_duration_seconds";
+    pub const HTTP_REQUESTS: &str = "oracle_http_requests_total";
+    pub const HTTP_DURATION: &str = "oracle_http_request_duration_seconds";
+    pub const BUILD_INFO: &str = "oracle_build_info";
+    pub const STORE_POOL: &str = "oracle_store_pool_connections";
+    pub const STORE_CALL_DURATION: &str = "oracle_store_call_duration_seconds";
+    pub const STORE_CIRCUIT_OPEN: &str = "oracle_store_circuit_open";
+    pub const OPEN_MIGRATIONS: &str = "oracle_open_migrations";
     pub const HEARTBEATS: &str = "oracle_heartbeats_total";
     pub const PLACEMENTS: &str = "oracle_placements_total";
     pub const DIRECTORY_CACHE: &str = "oracle_directory_cache_total";
@@ -129,9 +134,25 @@ pub mod metric {
         (STORE_OUTAGE_DURATION, true),
         (DEATHS_DEFERRED, false),
         (LEASES_LAPSED, false),
+        (BUILD_INFO, false),
+        (STORE_POOL, false),
+        (STORE_CALL_DURATION, true),
+        (STORE_CIRCUIT_OPEN, false),
+        (OPEN_MIGRATIONS, false),
     ];
 
     pub(super) fn describe() {
+        describe_requests();
+        describe_movers();
+        describe_store();
+        gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    }
+
+    fn describe_requests() {
+        describe_gauge!(
+            BUILD_INFO,
+            "Always 1; the label `version` is the oracle's version"
+        );
         describe_counter!(
             HTTP_REQUESTS,
             "HTTP requests by method, route template and status"
@@ -170,7 +191,14 @@ pub mod metric {
             AUTH_DENIED,
             "Requests refused for their credential, by reason (missing, invalid: 401; forbidden: 403)"
         );
-        describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
+        describe_counter!(
+            REQUESTS_SHED,
+            "Requests answered 503 at once because this replica had ORACLE_MAX_CONCURRENT_REQUESTS in flight"
+        );
+        describe_counter!(
+            RATE_LIMITED,
+            "Requests refused (429) because their cluster was over a rate limit, by kind (heartbeats, placements, edges)"
+        );
         describe_histogram!(
             DECISION_DURATION,
             Unit::Seconds,
@@ -180,6 +208,9 @@ pub mod metric {
             WEBHOOK_CALLS,
             "Placement webhook calls by outcome (chosen; or timeout, error, invalid, too_large, unconfigured, forbidden: the fallback decided)"
         );
+    }
+
+    fn describe_movers() {
         describe_counter!(
             MIGRATIONS,
             "Migrations by reason (rebalancer, drain, repartitioner) and what became of them (issued, completed, failed, cancelled)"
@@ -216,13 +247,30 @@ pub mod metric {
             REPARTITIONER_REMOTE,
             "Tracked call weight between grains on different silos ÷ all tracked weight, per cluster (last estimate)"
         );
-        describe_counter!(
-            REQUESTS_SHED,
-            "Requests answered 503 at once because this replica had ORACLE_MAX_CONCURRENT_REQUESTS in flight"
+        describe_gauge!(
+            OPEN_MIGRATIONS,
+            "Open migrations, all clusters, as of the last gauge refresh (every 5 s): moves planned but not yet completed, failed or cancelled"
         );
         describe_counter!(
-            RATE_LIMITED,
-            "Requests refused (429) because their cluster was over a rate limit, by kind (heartbeats, placements, edges)"
+            LEASES_LAPSED,
+            "Heartbeats that came a whole lease after the silo's previous one: its lease ran out meanwhile and it had to pause its grains"
+        );
+    }
+
+    fn describe_store() {
+        describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
+        describe_gauge!(
+            STORE_POOL,
+            "This replica's Postgres connections by state (in_use, idle) and the pool's size (max), as of the last gauge refresh (every 5 s)"
+        );
+        describe_histogram!(
+            STORE_CALL_DURATION,
+            Unit::Seconds,
+            "Time of each Postgres store call, connection wait included"
+        );
+        describe_gauge!(
+            STORE_CIRCUIT_OPEN,
+            "1 while this replica's circuit to the store is open (the database cannot be reached or written; calls fail at once), else 0"
         );
         describe_histogram!(
             WEBHOOK_DURATION,
@@ -241,10 +289,6 @@ pub mod metric {
         describe_counter!(
             DEATHS_DEFERRED,
             "Silos silent past their TTL that this replica did not declare dead because it had not reached the store for a whole TTL since their last heartbeat (each counted once per outage): a store outage, not a death"
-        );
-        describe_counter!(
-            LEASES_LAPSED,
-            "Heartbeats that came a whole lease after the silo's previous one: its lease ran out meanwhile and it had to pause its grains"
         );
     }
 
@@ -368,13 +412,40 @@ pub mod metric {
         counter!(LEASES_LAPSED).increment(1);
     }
 
-    /// The membership and directory gauges: silos by status (every status named, zeros too)
-    /// and directory entries.
-    pub fn store_gauges(silos_by_status: &[(&'static str, u64)], directory_entries: u64) {
+    /// A replica's Postgres connections: in use, idle, and the pool's size.
+    #[derive(Debug, Clone, Copy)]
+    pub struct PoolGauges {
+        pub in_use: u32,
+        pub idle: u32,
+        pub max: u32,
+    }
+
+    /// The membership and directory gauges: silos by status (every status named, zeros too),
+    /// directory entries, open migrations, and this replica's Postgres pool when it has one.
+    pub fn store_gauges(
+        silos_by_status: &[(&'static str, u64)],
+        directory_entries: u64,
+        open_migrations: u64,
+        pool: Option<PoolGauges>,
+    ) {
         for &(status, n) in silos_by_status {
             gauge!(SILOS, "status" => status).set(n as f64);
         }
         gauge!(DIRECTORY_ENTRIES).set(directory_entries as f64);
+        gauge!(OPEN_MIGRATIONS).set(open_migrations as f64);
+        if let Some(pool) = pool {
+            gauge!(STORE_POOL, "state" => "in_use").set(f64::from(pool.in_use));
+            gauge!(STORE_POOL, "state" => "idle").set(f64::from(pool.idle));
+            gauge!(STORE_POOL, "state" => "max").set(f64::from(pool.max));
+        }
+    }
+
+    pub fn store_call(took: std::time::Duration) {
+        metrics::histogram!(STORE_CALL_DURATION).record(took.as_secs_f64());
+    }
+
+    pub fn store_circuit(open: bool) {
+        gauge!(STORE_CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
     }
 }
 

@@ -247,7 +247,7 @@ pub async fn get_repartitioner(
 /// the global plan (every silo at once, each within `max_imbalance_percent` of the mean) or, with
 /// `orleans_compat`, Orleans' exchange between one pair of silos. The moves become `repartitioner`
 /// migrations for the source silos to carry out; the moved grains' edges leave the sketch. Runs
-/// on the replica holding the cluster's lease (it takes the lease when free).
+/// on whichever replica the request reaches: it takes the cluster's lease over.
 #[utoipa::path(
     post,
     path = "/v1/clusters/{cluster}/repartitioner/rounds",

@@ -50,7 +50,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Takes the lease for `holder` whoever holds it (a new token, unless `holder` has it
     /// unexpired: then renewed), for `ttl_ms` from now: an operator's request is served by the
     /// replica it reaches. The previous holder's writes fenced by its token are refused from now
-    /// on, so work it had under way is dropped, never half written. Never `HeldByOther`.
+    /// on (each write is whole; a step of several may be cut between them, as when a lease runs
+    /// out). Never `HeldByOther`.
     async fn take_over_lease(
         &self,
         cluster: &ClusterName,

@@ -193,7 +193,8 @@ pub trait MigrationStore: Send + Sync + 'static {
 
     /// The clusters whose grains may have to move, for the movers' driver: the rebalancer or the
     /// repartitioner is enabled, a silo is being drained, migrations are open (to cancel them when
-    /// stale), or edge reports wait to be counted.
+    /// stale) or endings are kept (to forget them after an hour), or edge reports wait to be
+    /// counted.
     async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError>;
 
     /// A silo's directory entries, and how many of them have an open migration (how far a drain
@@ -206,6 +207,7 @@ pub trait MigrationStore: Send + Sync + 'static {
 
     /// Cancels the cluster's migrations that can no longer apply: older than `ttl_ms`, grain gone
     /// or no longer that activation on the source, source or target silo dead. Returns them.
+    /// Also forgets the cluster's endings older than [`ENDING_KEPT_MS`].
     async fn cancel_stale_migrations(
         &self,
         cluster: &ClusterName,

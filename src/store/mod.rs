@@ -128,6 +128,17 @@ impl StoreSettings {
 pub struct StoreStats {
     pub silos_by_status: Vec<(SiloStatus, u64)>,
     pub directory_entries: u64,
+    pub open_migrations: u64,
+    /// This replica's connections to the database, when it has a pool of them.
+    pub pool: Option<PoolStats>,
+}
+
+/// A replica's Postgres connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub in_use: u32,
+    pub idle: u32,
+    pub max: u32,
 }
 
 /// A whole store: every aggregate, plus what concerns the store itself.

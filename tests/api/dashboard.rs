@@ -1,15 +1,16 @@
-//! The Grafana dashboard shipped in deploy/grafana: it queries only metrics the oracle exports (as
-//! their kind is exported), through the datasource compose provisions, and compose loads it.
+//! The Grafana dashboard shipped in deploy/grafana and the alert rules in deploy/prometheus: they
+//! query only metrics the oracle exports (as their kind is exported), the dashboard through the
+//! datasource compose provisions, and compose loads both.
 
 use placement_oracle::telemetry::metric;
 use serde_json::Value;
 
 const DASHBOARD: &str = "deploy/grafana/dashboards/placement-oracle.json";
 
-/// The metric names an expression reads: identifiers with the oracle's prefixes.
+/// The metric names an expression reads: identifiers with the oracle's prefix.
 fn metrics_in(expr: &str) -> Vec<String> {
     expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| word.starts_with("oracle_") || word.starts_with("http_"))
+        .filter(|word| word.starts_with("oracle_"))
         .map(str::to_owned)
         .collect()
 }
@@ -142,5 +143,79 @@ fn compose_runs_grafana_with_the_dashboard_and_its_datasource() {
     assert!(
         datasource.contains("url: http://prometheus:9090") && compose.contains("  prometheus:"),
         "the datasource is compose's Prometheus"
+    );
+}
+
+const ALERTS: &str = "deploy/prometheus/alerts.yml";
+
+/// Each rule of an alert-rules file, as `(alert, expression)`: the expression after `expr:`, on
+/// its line or in the indented block below it.
+fn alert_rules(text: &str) -> Vec<(String, String)> {
+    let mut rules: Vec<(String, String)> = Vec::new();
+    let mut in_expr = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix("- alert:") {
+            rules.push((name.trim().to_owned(), String::new()));
+            in_expr = false;
+        } else if let Some(expr) = trimmed.strip_prefix("expr:") {
+            if let Some((_, e)) = rules.last_mut() {
+                e.push_str(expr.trim().trim_start_matches('|'));
+            }
+            in_expr = true;
+        } else if in_expr
+            && !trimmed.is_empty()
+            && !trimmed.contains(": ")
+            && !trimmed.ends_with(':')
+        {
+            if let Some((_, e)) = rules.last_mut() {
+                e.push(' ');
+                e.push_str(trimmed);
+            }
+        } else {
+            in_expr = false;
+        }
+    }
+    rules
+}
+
+/// What is wrong with alert rules: an expression that reads no metric of the oracle's (but for
+/// the scrape's own `up`), or one the oracle does not export.
+fn alert_problems(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (alert, expr) in alert_rules(text) {
+        let names = metrics_in(&expr);
+        if names.is_empty() && !expr.starts_with("up{") {
+            problems.push(format!("{alert}: `{expr}` reads no metric of the oracle's"));
+        }
+        for name in names.iter().filter(|name| !exported(name)) {
+            problems.push(format!(
+                "{alert}: `{name}` is not a metric the oracle exports"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_alert_rules_read_only_what_the_oracle_exports_and_compose_loads_them() {
+    let text = read(ALERTS);
+    assert!(alert_rules(&text).len() >= 9, "{:?}", alert_rules(&text));
+    assert_eq!(alert_problems(&text), Vec::<String>::new());
+    // The check can fail: a misspelt metric, a multi-line expression's second line.
+    let misspelt = text.replacen("oracle_open_migrations", "oracle_open_migration", 1);
+    assert_eq!(alert_problems(&misspelt).len(), 1);
+    let second_line = text.replacen(
+        "/ max by (instance) (oracle_store_pool_connections{state=\"max\"})",
+        "/ max by (instance) (oracle_store_pool_size)",
+        1,
+    );
+    assert_eq!(alert_problems(&second_line).len(), 1);
+
+    let compose = read("deploy/docker-compose.yml");
+    assert!(compose.contains("./prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro"));
+    let prometheus = read("deploy/prometheus/prometheus.yml");
+    assert!(
+        prometheus.contains("rule_files:") && prometheus.contains("/etc/prometheus/alerts.yml")
     );
 }

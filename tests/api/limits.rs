@@ -59,7 +59,7 @@ async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_hea
         .build()
         .await;
     let shed_total = "oracle_requests_shed_total";
-    let shed_placements = r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="503"}"#;
+    let shed_placements = r#"oracle_http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="503"}"#;
     let (shed_before, shed_placements_before) = (
         app.metric(shed_total).await,
         app.metric(shed_placements).await,

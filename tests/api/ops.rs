@@ -65,11 +65,11 @@ async fn metrics_count_requests_by_route_template_and_domain_events() {
     // is read before and after, and must have grown by at least what this test did.
     let counted = [
         (
-            r#"http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="200"}"#,
+            r#"oracle_http_requests_total{method="POST",route="/v1/clusters/{cluster}/placements",status="200"}"#,
             2.0,
         ),
         (
-            r#"http_request_duration_seconds_count{method="GET",route="/v1/clusters/{cluster}/activations/{*grain}",status="200"}"#,
+            r#"oracle_http_request_duration_seconds_count{method="GET",route="/v1/clusters/{cluster}/activations/{*grain}",status="200"}"#,
             1.0,
         ),
         (r#"oracle_heartbeats_total{outcome="accepted"}"#, 1.0),

@@ -90,6 +90,30 @@ async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
         "{}",
         unready.describe()
     );
+    // Probes keep coming (a kubelet's, a load balancer's): still unready, and the stuck readiness
+    // writes do not pile up, one backend each — one is outstanding at most.
+    for _ in 0..20 {
+        let reply = api.readyz(&oracle.base()).await;
+        assert_eq!(
+            reply.problem(),
+            Some("store-writes-stalled"),
+            "{}",
+            reply.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut admin = PgConnection::connect(&server.url("postgres"))
+        .await
+        .unwrap();
+    let stuck: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE wait_event = 'SyncRep' AND query LIKE '%readiness_probes%'",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    admin.close().await.unwrap();
+    assert_eq!(stuck, 1, "readiness writes waiting for the standby");
 
     // Without the setting the waiting commits are released.
     configure(&server, "ALTER SYSTEM RESET synchronous_standby_names").await;

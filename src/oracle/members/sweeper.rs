@@ -104,7 +104,17 @@ impl Members {
                 (status.as_str(), n)
             })
             .collect();
-        metric::store_gauges(&by_status, stats.directory_entries);
+        let pool = stats.pool.map(|pool| metric::PoolGauges {
+            in_use: pool.in_use,
+            idle: pool.idle,
+            max: pool.max,
+        });
+        metric::store_gauges(
+            &by_status,
+            stats.directory_entries,
+            stats.open_migrations,
+            pool,
+        );
         Ok(())
     }
 }

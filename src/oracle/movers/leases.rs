@@ -13,8 +13,9 @@ use crate::telemetry::metric;
 impl Movers {
     /// The lease for an operator's request, taken over here whoever held it: an operator
     /// behind a Service reaches any replica, and each serves the request itself. The previous
-    /// holder's fenced writes are refused from now on, so whatever it had under way is dropped,
-    /// not half written; its driver finds the lease held here and leaves the cluster alone.
+    /// holder's fenced writes are refused from now on (a step of several writes may be cut
+    /// between them, as when a lease runs out); its driver finds the lease held here and leaves
+    /// the cluster alone.
     pub(super) async fn lease_for_request(
         &self,
         cluster: &ClusterName,

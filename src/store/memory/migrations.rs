@@ -11,11 +11,9 @@ use crate::store::{
 };
 
 impl ClusterState {
-    /// Keeps how a silo's call ended `migration` (the migration itself is removed already), and
-    /// forgets endings older than [`ENDING_KEPT_MS`].
+    /// Keeps how a silo's call ended `migration` (the migration itself is removed already);
+    /// the driver's `cancel_stale_migrations` forgets endings older than [`ENDING_KEPT_MS`].
     fn end(&mut self, migration: &Migration, ending: Ending, now: Millis) {
-        self.migration_endings
-            .retain(|_, (ended, ..)| now - *ended <= ENDING_KEPT_MS);
         self.migration_endings
             .insert(migration.id, (now, migration.clone(), ending));
     }
@@ -210,6 +208,9 @@ impl MigrationStore for MemoryStore {
         let Some(state) = clusters.get_mut(cluster) else {
             return Ok(Vec::new());
         };
+        state
+            .migration_endings
+            .retain(|_, (ended, ..)| now - *ended <= ENDING_KEPT_MS);
         let liveness = state.liveness(now);
         let draining = |silo: &str| {
             state
@@ -251,6 +252,7 @@ impl MigrationStore for MemoryStore {
                 state.policy.rebalancer.enabled
                     || state.policy.repartitioner.enabled
                     || !state.migrations.is_empty()
+                    || !state.migration_endings.is_empty()
                     || !state.edges.is_empty()
                     || state
                         .silos

@@ -240,9 +240,10 @@ impl Store for MemoryStore {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
         let clusters = self.clusters();
         let mut by_status: BTreeMap<&'static str, (SiloStatus, u64)> = BTreeMap::new();
-        let mut entries = 0;
+        let (mut entries, mut open_migrations) = (0, 0);
         for state in clusters.values() {
             entries += state.directory.len() as u64;
+            open_migrations += state.migrations.len() as u64;
             for silo in state.silos.values() {
                 by_status
                     .entry(silo.status.as_str())
@@ -253,6 +254,8 @@ impl Store for MemoryStore {
         Ok(StoreStats {
             silos_by_status: by_status.into_values().collect(),
             directory_entries: entries,
+            open_migrations,
+            pool: None,
         })
     }
 }

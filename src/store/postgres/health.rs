@@ -178,6 +178,7 @@ impl StoreHealth {
             state.read_only = false;
             state.reachable_since.get_or_insert(now);
             if let Some((since, _)) = state.outage.take() {
+                metric::store_circuit(false);
                 let down_ms = now - since;
                 tracing::warn!(
                     down_ms,
@@ -206,6 +207,7 @@ impl StoreHealth {
             );
         }
         metric::store_outage_began();
+        metric::store_circuit(true);
         (outcome, Verdict::OutageBegan)
     }
 }

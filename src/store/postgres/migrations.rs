@@ -277,6 +277,16 @@ impl PostgresStore {
         .bind(self.health.reachable_for())
         .fetch_all(&self.pool)
         .await?;
+        // Endings kept for retries, once they are older than that: rows no one else touches.
+        sqlx::query(
+            "DELETE FROM migration_endings
+             WHERE cluster = $1 AND ended_ms < COALESCE($2::int8, oracle_now_ms()) - $3",
+        )
+        .bind(cluster.as_str())
+        .bind(self.now())
+        .bind(ENDING_KEPT_MS)
+        .execute(&self.pool)
+        .await?;
         rows.iter().map(migration).collect()
     }
 }
@@ -297,8 +307,8 @@ async fn refuse(
     Ok(Completion::Refused { migration, refusal })
 }
 
-/// Removes the migration and keeps how it ended (pruning the cluster's endings older than
-/// [`ENDING_KEPT_MS`] on the way).
+/// Removes the migration and keeps how it ended (endings older than [`ENDING_KEPT_MS`] are pruned
+/// by the movers' driver, in `cancel_stale_migrations`, off this path).
 async fn end(
     tx: &mut Transaction<'_, Postgres>,
     cluster: &ClusterName,
@@ -307,8 +317,7 @@ async fn end(
     now: Millis,
 ) -> Result<(), PgError> {
     sqlx::query(
-        "WITH removed AS (DELETE FROM migrations WHERE cluster = $1 AND id = $2),
-              pruned AS (DELETE FROM migration_endings WHERE cluster = $1 AND ended_ms < $5 - $6)
+        "WITH removed AS (DELETE FROM migrations WHERE cluster = $1 AND id = $2)
          INSERT INTO migration_endings (cluster, id, migration, ending, ended_ms)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (cluster, id) DO UPDATE
@@ -319,7 +328,6 @@ async fn end(
     .bind(Json(migration))
     .bind(Json(ending))
     .bind(now)
-    .bind(ENDING_KEPT_MS)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -403,6 +411,7 @@ impl MigrationStore for PostgresStore {
                     OR EXISTS (SELECT 1 FROM silos s WHERE s.cluster = c.name
                                AND s.drained_at_ms IS NOT NULL AND s.status <> 'dead')
                     OR EXISTS (SELECT 1 FROM migrations m WHERE m.cluster = c.name)
+                    OR EXISTS (SELECT 1 FROM migration_endings e WHERE e.cluster = c.name)
                     OR EXISTS (SELECT 1 FROM edge_buffer b WHERE b.cluster = c.name)
                  ORDER BY name",
             )

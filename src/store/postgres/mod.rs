@@ -43,9 +43,12 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use self::health::{StoreHealth, Verdict};
-use super::{LimitReached, Reach, Store, StoreError, StoreSettings, StoreStats, StoreTime};
+use super::{
+    LimitReached, PoolStats, Reach, Store, StoreError, StoreSettings, StoreStats, StoreTime,
+};
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::{ClusterName, Liveness, SiloStatus};
+use crate::telemetry::metric;
 
 /// Longest a store call may take before the database is taken for unreachable (below the default
 /// request timeout, so that the circuit sees it).
@@ -259,6 +262,7 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         self.health.admit()?;
         let started = self.health.now();
+        let timer = std::time::Instant::now();
         let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
             Err(_) => (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer),
             Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
@@ -267,6 +271,7 @@ impl PostgresStore {
                 (Err(error), reach)
             }
         };
+        metric::store_call(timer.elapsed());
         let (outcome, verdict) = self.health.settle(started, reach, outcome);
         if verdict == Verdict::OutageBegan {
             self.connections.distrust_older();
@@ -360,9 +365,20 @@ impl PostgresStore {
         .bind(EXACT_COUNT_UP_TO)
         .fetch_one(&self.pool)
         .await?;
+        let open_migrations: i64 = sqlx::query_scalar("SELECT count(*) FROM migrations")
+            .fetch_one(&self.pool)
+            .await?;
+        let size = self.pool.size();
+        let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
         Ok(StoreStats {
             silos_by_status,
             directory_entries: u64::try_from(entries).unwrap_or(0),
+            open_migrations: u64::try_from(open_migrations).unwrap_or(0),
+            pool: Some(PoolStats {
+                in_use: size.saturating_sub(idle),
+                idle,
+                max: self.pool.options().get_max_connections(),
+            }),
         })
     }
 }

@@ -5,7 +5,10 @@
 //! row per replica in `readiness_probes`) that must commit within [`WRITE_DEADLINE`].
 //!
 //! `/readyz` may be asked by every kubelet and load balancer at once; one probe runs at a time and
-//! its answer stands for [`ANSWER_FOR`], so the database sees at most a few writes a second.
+//! its answer stands for [`ANSWER_FOR`], so the database sees at most a few writes a second. A
+//! write that did not commit in time is left to finish on its own, and no other is started until
+//! it has: a backend waiting for a synchronous standby keeps its session (and the row's lock)
+//! whatever the client does, so a new write per probe would pile up one stuck backend each.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -33,6 +36,8 @@ pub struct Readiness {
     replica: String,
     last: Mutex<Option<(Instant, Result<(), StoreError>)>>,
     probing: tokio::sync::Mutex<()>,
+    /// The write an earlier probe gave up waiting for, while it has not finished.
+    outstanding: Mutex<Option<tokio::task::JoinHandle<Result<(), StoreError>>>>,
 }
 
 impl Default for Readiness {
@@ -41,6 +46,7 @@ impl Default for Readiness {
             replica: format!("{:016x}", rand::random::<u64>()),
             last: Mutex::default(),
             probing: tokio::sync::Mutex::default(),
+            outstanding: Mutex::default(),
         }
     }
 }
@@ -77,28 +83,52 @@ impl Readiness {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes this replica's row on a connection of `pool`. A write that does not commit within
-    /// [`WRITE_DEADLINE`] leaves its connection mid-statement, so the connection is closed rather
-    /// than handed to the next caller.
+    /// Writes this replica's row on a connection of `pool`, waiting at most [`WRITE_DEADLINE`];
+    /// while an earlier write is still outstanding, answers at once that writes are stalled.
     pub async fn write(&self, pool: &PgPool) -> Result<(), StoreError> {
-        let mut connection = pool.acquire().await?;
-        let write = sqlx::query(
-            "WITH pruned AS (DELETE FROM readiness_probes WHERE probed_ms < oracle_now_ms() - $2)
-             INSERT INTO readiness_probes (replica, probed_ms) VALUES ($1, oracle_now_ms())
-             ON CONFLICT (replica) DO UPDATE SET probed_ms = EXCLUDED.probed_ms",
-        )
-        .bind(&self.replica)
-        .bind(KEEP_ROWS_MS)
-        .execute(&mut *connection);
-        match tokio::time::timeout(WRITE_DEADLINE, write).await {
-            Ok(written) => written.map(|_| ()).map_err(StoreError::from),
+        let stalled = || {
+            StoreError::WritesStalled(format!(
+                "a one-row write did not commit within {} ms",
+                WRITE_DEADLINE.as_millis()
+            ))
+        };
+        let earlier = self.lock_outstanding().take();
+        let mut write = match earlier {
+            Some(earlier) if !earlier.is_finished() => {
+                *self.lock_outstanding() = Some(earlier);
+                return Err(stalled());
+            }
+            _ => tokio::spawn(write_row(pool.clone(), self.replica.clone())),
+        };
+        match tokio::time::timeout(WRITE_DEADLINE, &mut write).await {
+            Ok(Ok(written)) => written,
+            Ok(Err(join)) => Err(StoreError::Failed(format!("the readiness write: {join}"))),
             Err(_) => {
-                drop(connection.detach());
-                Err(StoreError::WritesStalled(format!(
-                    "a one-row write did not commit within {} ms",
-                    WRITE_DEADLINE.as_millis()
-                )))
+                *self.lock_outstanding() = Some(write);
+                Err(stalled())
             }
         }
     }
+
+    fn lock_outstanding(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<Result<(), StoreError>>>> {
+        self.outstanding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The write itself, on a connection of its own that it keeps until the commit returns.
+async fn write_row(pool: PgPool, replica: String) -> Result<(), StoreError> {
+    sqlx::query(
+        "WITH pruned AS (DELETE FROM readiness_probes WHERE probed_ms < oracle_now_ms() - $2)
+         INSERT INTO readiness_probes (replica, probed_ms) VALUES ($1, oracle_now_ms())
+         ON CONFLICT (replica) DO UPDATE SET probed_ms = EXCLUDED.probed_ms",
+    )
+    .bind(replica)
+    .bind(KEEP_ROWS_MS)
+    .execute(&pool)
+    .await?;
+    Ok(())
 }
