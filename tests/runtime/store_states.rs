@@ -21,11 +21,7 @@ const NOTICED_WITHIN: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_database_makes_the_oracle_unready_and_says_so_until_it_takes_writes() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = OwnPostgres::start();
-    let oracle = OracleProcess::start("read-only", &server.url("postgres")).await;
-    let api = Api::new("states");
-    assert_eq!(heartbeat(&api, &oracle).await.ok().map(|_| ()), Some(()));
+    let (_one, server, oracle, api) = one_oracle_on_a_server_of_its_own("read-only").await;
 
     configure(
         &server,
@@ -69,11 +65,7 @@ async fn a_read_only_database_makes_the_oracle_unready_and_says_so_until_it_take
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = OwnPostgres::start();
-    let oracle = OracleProcess::start("hung-commits", &server.url("postgres")).await;
-    let api = Api::new("states");
-    assert!(heartbeat(&api, &oracle).await.ok().is_some());
+    let (_one, server, oracle, api) = one_oracle_on_a_server_of_its_own("hung-commits").await;
 
     // Commits now wait for a synchronous standby that never connects.
     configure(
@@ -126,6 +118,25 @@ async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
          again {ready_again:?} after the commits were released"
     );
     assert!(noticed <= NOTICED_WITHIN, "noticed after {noticed:?}");
+}
+
+/// A server of the test's own with one oracle process on it, which a silo's heartbeat reached; the
+/// harness's lock is held meanwhile.
+async fn one_oracle_on_a_server_of_its_own(
+    name: &str,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    OwnPostgres,
+    OracleProcess,
+    Api,
+) {
+    let one = ONE_AT_A_TIME.lock().await;
+    let server = OwnPostgres::start();
+    let oracle = OracleProcess::start(name, &server.url("postgres")).await;
+    let api = Api::new("states");
+    let first = heartbeat(&api, &oracle).await;
+    assert!(first.ok().is_some(), "{}", first.describe());
+    (one, server, oracle, api)
 }
 
 async fn heartbeat(api: &Api, oracle: &OracleProcess) -> Reply {

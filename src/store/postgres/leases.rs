@@ -18,14 +18,16 @@ fn lease((holder, token, expires_at_ms): LeaseRow) -> Lease {
 }
 
 impl PostgresStore {
+    /// Claims the lease for `holder`: taken when absent or expired (a new token), renewed when
+    /// `holder` has it (same token); a lease another holder keeps unexpired is left alone and
+    /// read back instead — unless `take_over`, which takes it whoever holds it (a new token).
     async fn try_claim_lease(
         &self,
         cluster: &ClusterName,
         holder: &str,
         ttl_ms: Millis,
+        take_over: bool,
     ) -> Result<LeaseClaim, StoreError> {
-        // Taken when absent or expired (a new token), renewed when `holder` has it (same token);
-        // a lease another holder keeps unexpired is left alone and read back instead.
         let claimed: Option<LeaseRow> = sqlx::query_as(
             "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
              INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)
@@ -36,13 +38,14 @@ impl PostgresStore {
                                   AND l.expires_at_ms > (SELECT ms FROM now)
                                  THEN l.token ELSE l.token + 1 END,
                     expires_at_ms = EXCLUDED.expires_at_ms
-              WHERE l.holder = EXCLUDED.holder OR l.expires_at_ms <= (SELECT ms FROM now)
+              WHERE $5 OR l.holder = EXCLUDED.holder OR l.expires_at_ms <= (SELECT ms FROM now)
              RETURNING holder, token, expires_at_ms",
         )
         .bind(cluster.as_str())
         .bind(holder)
         .bind(ttl_ms)
         .bind(self.now())
+        .bind(take_over)
         .fetch_optional(&self.pool)
         .await?;
         if let Some(row) = claimed {
@@ -52,33 +55,6 @@ impl PostgresStore {
             Some(current) => LeaseClaim::HeldByOther(current),
             None => LeaseClaim::NoCluster,
         })
-    }
-
-    async fn try_take_over_lease(
-        &self,
-        cluster: &ClusterName,
-        holder: &str,
-        ttl_ms: Millis,
-    ) -> Result<LeaseClaim, StoreError> {
-        let taken: Option<LeaseRow> = sqlx::query_as(
-            "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
-             INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)
-             SELECT c.name, $2, 1, now.ms + $3 FROM clusters c, now WHERE c.name = $1
-             ON CONFLICT (cluster) DO UPDATE
-                SET holder = EXCLUDED.holder,
-                    token = CASE WHEN l.holder = EXCLUDED.holder
-                                  AND l.expires_at_ms > (SELECT ms FROM now)
-                                 THEN l.token ELSE l.token + 1 END,
-                    expires_at_ms = EXCLUDED.expires_at_ms
-             RETURNING holder, token, expires_at_ms",
-        )
-        .bind(cluster.as_str())
-        .bind(holder)
-        .bind(ttl_ms)
-        .bind(self.now())
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(taken.map_or(LeaseClaim::NoCluster, |row| LeaseClaim::Held(lease(row))))
     }
 
     async fn try_lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {
@@ -184,7 +160,7 @@ impl LeaseStore for PostgresStore {
         holder: &str,
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError> {
-        self.guard(self.try_claim_lease(cluster, holder, ttl_ms))
+        self.guard(self.try_claim_lease(cluster, holder, ttl_ms, false))
             .await
     }
 
@@ -194,7 +170,7 @@ impl LeaseStore for PostgresStore {
         holder: &str,
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError> {
-        self.guard(self.try_take_over_lease(cluster, holder, ttl_ms))
+        self.guard(self.try_claim_lease(cluster, holder, ttl_ms, true))
             .await
     }
 
