@@ -53,9 +53,10 @@ impl PgBouncer {
                 "[databases]\n* = host={host} port={server_port}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
-                 logfile = {log}\n",
+                 logfile = {log}\npidfile = {pid}\n",
                 users = dir.join("users.txt").display(),
                 log = dir.join("pgbouncer.log").display(),
+                pid = dir.join("pgbouncer.pid").display(),
             ),
         )
         .unwrap();
@@ -105,7 +106,11 @@ impl PgBouncer {
 }
 
 impl Drop for PgBouncer {
+    /// Stops PgBouncer itself (as root, `runuser` is the child and would leave it running).
     fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pgbouncer.pid")) {
+            let _ = Command::new("kill").arg(pid.trim()).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
