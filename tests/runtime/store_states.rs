@@ -23,20 +23,12 @@ const NOTICED_WITHIN: Duration = Duration::from_secs(1);
 async fn a_read_only_database_makes_the_oracle_unready_and_says_so_until_it_takes_writes() {
     let (_one, server, oracle, api) = one_oracle_on_a_server_of_its_own("read-only").await;
 
-    configure(
-        &server,
+    let noticed = unready_after(
+        (&server, &oracle, &api),
         "ALTER SYSTEM SET default_transaction_read_only = on",
+        "store-read-only",
     )
     .await;
-    let changed = Instant::now();
-    let unready = until_ready_is(&api, &oracle, false).await;
-    let noticed = changed.elapsed();
-    assert_eq!(
-        unready.problem(),
-        Some("store-read-only"),
-        "{}",
-        unready.describe()
-    );
     let refused = heartbeat(&api, &oracle).await;
     assert!(refused.is_retryable(), "{}", refused.describe());
     assert_eq!(
@@ -68,20 +60,12 @@ async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
     let (_one, server, oracle, api) = one_oracle_on_a_server_of_its_own("hung-commits").await;
 
     // Commits now wait for a synchronous standby that never connects.
-    configure(
-        &server,
+    let noticed = unready_after(
+        (&server, &oracle, &api),
         "ALTER SYSTEM SET synchronous_standby_names = 'gone'",
+        "store-writes-stalled",
     )
     .await;
-    let changed = Instant::now();
-    let unready = until_ready_is(&api, &oracle, false).await;
-    let noticed = changed.elapsed();
-    assert_eq!(
-        unready.problem(),
-        Some("store-writes-stalled"),
-        "{}",
-        unready.describe()
-    );
     // Probes keep coming (a kubelet's, a load balancer's): still unready, and the stuck readiness
     // writes do not pile up, one backend each — one is outstanding at most.
     for _ in 0..20 {
@@ -146,6 +130,20 @@ async fn heartbeat(api: &Api, oracle: &OracleProcess) -> Reply {
         json!({"silo": SILO, "cpu_usage": 10}),
     )
     .await
+}
+
+/// How long after `statement` reconfigured the server `/readyz` answered 503 `problem`.
+async fn unready_after(
+    (server, oracle, api): (&OwnPostgres, &OracleProcess, &Api),
+    statement: &str,
+    problem: &str,
+) -> Duration {
+    configure(server, statement).await;
+    let changed = Instant::now();
+    let unready = until_ready_is(api, oracle, false).await;
+    let noticed = changed.elapsed();
+    assert_eq!(unready.problem(), Some(problem), "{}", unready.describe());
+    noticed
 }
 
 /// Runs `statement` (an `ALTER SYSTEM`) on the server and reloads its configuration. The session
