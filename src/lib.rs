@@ -80,6 +80,25 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fails when the database lacks migrations of this version (a replica that does not migrate).
+async fn refuse_a_schema_behind(store: &PostgresStore) -> anyhow::Result<()> {
+    let pending = store.pending_migrations().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read which migrations the database has applied ({e}); the serving role \
+             needs SELECT on _sqlx_migrations and data rights on the oracle's tables \
+             (docs/CONFIGURATION.md, \"Roles\")"
+        )
+    })?;
+    match pending.first() {
+        Some(first) => anyhow::bail!(
+            "the database's schema lacks {} migration(s) of this version, the first {first}: run \
+             `placement-oracle migrate` (ORACLE_MIGRATE_ON_START is false)",
+            pending.len()
+        ),
+        None => Ok(()),
+    }
+}
+
 /// Opens the store the configuration asks for. On Postgres, applies pending migrations first
 /// (`ORACLE_MIGRATE_ON_START`, the default), or checks that none is pending.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
@@ -101,19 +120,8 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                     config.database_url_redacted().unwrap_or_default()
                 )
             })?;
-            let pending = store.pending_migrations().await.map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read which migrations the database has applied ({e}); the serving \
-                     role needs SELECT on _sqlx_migrations and data rights on the oracle's tables \
-                     (docs/CONFIGURATION.md, \"Roles\")"
-                )
-            })?;
-            if let Some(first) = pending.first() {
-                anyhow::bail!(
-                    "the database's schema lacks {} migration(s) of this version, the first \
-                     {first}: run `placement-oracle migrate` (ORACLE_MIGRATE_ON_START is false)",
-                    pending.len()
-                );
+            if !config.migrate_on_start {
+                refuse_a_schema_behind(&store).await?;
             }
             tracing::info!(database = %config.database_url_redacted().unwrap_or_default(), "using the Postgres store; its schema is current");
             Ok(Arc::new(store))

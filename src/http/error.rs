@@ -314,36 +314,30 @@ impl From<StoreError> for ApiError {
                     ),
                 }
             }
-            StoreError::Overloaded => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Overloaded => Self::store_cannot_serve(
                 "overloaded",
                 "Too many requests are waiting for the store",
                 "this replica holds as many store calls as it will queue; retry shortly (a retried placement returns whatever an earlier attempt registered)",
-            )
-            .retry_after(1),
+            ),
             // Logged once when the outage began (the call that found it carries the detail), not
             // for every request the open circuit refuses meanwhile.
             StoreError::ReadOnly(ref detail) => {
                 if !detail.is_empty() {
                     tracing::error!(%error, "store read-only");
                 }
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                Self::store_cannot_serve(
                     "store-read-only",
                     "The store takes no writes",
                     "the oracle's database answers but is read-only (a standby not yet promoted, or a primary set read-only); the oracle reconnects so that a new primary is found as soon as one takes writes; retrying is safe",
                 )
-                .retry_after(1)
             }
             StoreError::WritesStalled(_) => {
                 tracing::error!(%error, "store writes stalled");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                Self::store_cannot_serve(
                     "store-writes-stalled",
                     "The store commits no writes in time",
                     "a write to the oracle's database did not commit in time: commits may be waiting for a synchronous standby that is gone; retrying is safe",
                 )
-                .retry_after(1)
             }
             // Without a detail (the circuit refusing a call, a call past the store's deadline):
             // logged once when the outage began, not for every request refused meanwhile.
@@ -365,15 +359,18 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
-    /// The one answer for a store that cannot serve: 503 `store-unavailable`, retry in a second.
+    /// A store that cannot serve now, for the reason `kind` names: 503, retry in a second.
+    fn store_cannot_serve(kind: &'static str, title: &'static str, detail: &str) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, kind, title, detail).retry_after(1)
+    }
+
+    /// The answer for a store that cannot be reached: 503 `store-unavailable`.
     fn store_unavailable() -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+        Self::store_cannot_serve(
             "store-unavailable",
             "The store is unavailable",
             "the oracle could not reach its store; retrying is safe (a retried placement returns whatever an earlier attempt registered)",
         )
-        .retry_after(1)
     }
 }
 

@@ -119,23 +119,13 @@ impl PostgresStore {
         ttl_ms: Millis,
     ) -> Result<Completion, PgError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
-             FROM migrations WHERE cluster = $1 AND id = $2 FOR UPDATE"
-        ))
-        .bind(cluster.as_str())
-        .bind(id)
-        .bind(self.now())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(match self.ending(&mut tx, cluster, id).await? {
-                Some((migration, ending)) => Completion::Ended { migration, ending },
-                None => Completion::NotFound,
-            });
+        let (m, now) = match self.lock_migration(&mut tx, cluster, id).await? {
+            Found::Open { migration, now } => (migration, now),
+            Found::Ended { migration, ending } => {
+                return Ok(Completion::Ended { migration, ending })
+            }
+            Found::Neither => return Ok(Completion::NotFound),
         };
-        let m = migration(&row)?;
-        let now: Millis = row.try_get("now")?;
         if now - m.created_at_ms > ttl_ms {
             return refuse(tx, cluster, m, Refusal::Expired, now).await;
         }
@@ -204,13 +194,29 @@ impl PostgresStore {
         })
     }
 
-    /// How a call within [`ENDING_KEPT_MS`] ended migration `id`, if one did.
-    async fn ending(
+    /// Migration `id` locked for its ending if it is open, else how a call within
+    /// [`ENDING_KEPT_MS`] ended it, if one did.
+    async fn lock_migration(
         &self,
         tx: &mut Transaction<'_, Postgres>,
         cluster: &ClusterName,
         id: i64,
-    ) -> Result<Option<(Migration, Ending)>, PgError> {
+    ) -> Result<Found, PgError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
+             FROM migrations WHERE cluster = $1 AND id = $2 FOR UPDATE"
+        ))
+        .bind(cluster.as_str())
+        .bind(id)
+        .bind(self.now())
+        .fetch_optional(&mut **tx)
+        .await?;
+        if let Some(row) = row {
+            return Ok(Found::Open {
+                migration: migration(&row)?,
+                now: row.try_get("now")?,
+            });
+        }
         let ended: Option<(Json<Migration>, Json<Ending>)> = sqlx::query_as(
             "SELECT migration, ending FROM migration_endings
              WHERE cluster = $1 AND id = $2
@@ -222,30 +228,26 @@ impl PostgresStore {
         .bind(ENDING_KEPT_MS)
         .fetch_optional(&mut **tx)
         .await?;
-        Ok(ended.map(|(migration, ending)| (migration.0, ending.0)))
+        Ok(match ended {
+            Some((migration, ending)) => Found::Ended {
+                migration: migration.0,
+                ending: ending.0,
+            },
+            None => Found::Neither,
+        })
     }
 
     async fn try_fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, PgError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS}, COALESCE($3::int8, oracle_now_ms()) AS now
-             FROM migrations WHERE cluster = $1 AND id = $2 FOR UPDATE"
-        ))
-        .bind(cluster.as_str())
-        .bind(id)
-        .bind(self.now())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(match self.ending(&mut tx, cluster, id).await? {
-                Some((migration, ending)) => Failure::Ended { migration, ending },
-                None => Failure::NotFound,
-            });
-        };
-        let m = migration(&row)?;
-        end(&mut tx, cluster, &m, &Ending::Failed, row.try_get("now")?).await?;
-        tx.commit().await?;
-        Ok(Failure::Failed(m))
+        match self.lock_migration(&mut tx, cluster, id).await? {
+            Found::Open { migration, now } => {
+                end(&mut tx, cluster, &migration, &Ending::Failed, now).await?;
+                tx.commit().await?;
+                Ok(Failure::Failed(migration))
+            }
+            Found::Ended { migration, ending } => Ok(Failure::Ended { migration, ending }),
+            Found::Neither => Ok(Failure::NotFound),
+        }
     }
 
     async fn try_cancel_stale_migrations(
@@ -289,6 +291,19 @@ impl PostgresStore {
         .await?;
         rows.iter().map(migration).collect()
     }
+}
+
+/// What a silo's call about a migration finds.
+enum Found {
+    /// Open, and locked until the transaction ends; `now` is the store's time.
+    Open { migration: Migration, now: Millis },
+    /// Ended by an earlier call within [`ENDING_KEPT_MS`].
+    Ended {
+        migration: Migration,
+        ending: Ending,
+    },
+    /// Neither: cancelled by the oracle, ended longer ago, or never issued.
+    Neither,
 }
 
 /// Cancels the migration and says why it was not applied.
