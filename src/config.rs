@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::rate_limit::Rates;
 use crate::secret::Secret;
+use crate::store::postgres::Pooling;
 use crate::telemetry::LogFormat;
 use crate::validation::Bound;
 
@@ -84,6 +85,22 @@ pub struct Config {
     /// Postgres connections per replica.
     #[arg(long, env = "ORACLE_DB_POOL_SIZE", default_value_t = 16, global = true)]
     pub db_pool_size: u32,
+
+    /// Whether DATABASE_URL goes through a transaction-mode pooler (PgBouncer `pool_mode =
+    /// transaction` before 1.21): statements are then unnamed and each runs in a transaction, as
+    /// such a pooler needs (four round trips instead of one). Migrations need a direct
+    /// connection (ORACLE_MIGRATION_DATABASE_URL) there.
+    #[arg(
+        long,
+        env = "ORACLE_DB_TRANSACTION_POOLING",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        global = true
+    )]
+    pub db_transaction_pooling: bool,
 
     /// Longest wait (ms) for a Postgres connection. Kept well under the request timeout so that an
     /// unreachable database is answered as such (503 `store-unavailable`), and then at once.
@@ -468,6 +485,14 @@ impl Config {
             "ORACLE_MIGRATION_DATABASE_URL is set but DATABASE_URL is not: the embedded store has \
              no schema to migrate",
         );
+        check(
+            !(self.db_transaction_pooling
+                && self.migrate_on_start
+                && self.migration_database_url.is_none()),
+            "ORACLE_DB_TRANSACTION_POOLING is on and `serve` would migrate through the pooler, \
+             which cannot hold the migrator's session lock: set ORACLE_MIGRATION_DATABASE_URL to \
+             a direct URL, or ORACLE_MIGRATE_ON_START=false and run `migrate` directly",
+        );
         if let Err(problem) = self.webhook_hosts() {
             problems.push(format!("ORACLE_WEBHOOK_ALLOWED_HOSTS: {problem}"));
         }
@@ -584,6 +609,15 @@ impl Config {
         self.database_url.as_deref().map(redact_url)
     }
 
+    /// How DATABASE_URL's connections reach Postgres sessions.
+    pub fn db_pooling(&self) -> Pooling {
+        if self.db_transaction_pooling {
+            Pooling::Transaction
+        } else {
+            Pooling::Session
+        }
+    }
+
     /// The URL migrations use: `ORACLE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`.
     pub fn migration_url(&self) -> Option<&str> {
         self.migration_database_url
@@ -610,6 +644,7 @@ impl fmt::Debug for Config {
             .field("migrate_on_start", &self.migrate_on_start)
             .field("silo_ttl_ms", &self.silo_ttl_ms)
             .field("db_pool_size", &self.db_pool_size)
+            .field("db_transaction_pooling", &self.db_transaction_pooling)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field("max_clusters", &self.max_clusters)
             .field("max_silos_per_cluster", &self.max_silos_per_cluster)

@@ -62,7 +62,7 @@ use crate::clock::MonotonicClock;
 use crate::config::Config;
 use crate::oracle::Oracle;
 use crate::store::memory::MemoryStore;
-use crate::store::postgres::PostgresStore;
+use crate::store::postgres::{Pooling, PostgresStore};
 use crate::store::Store;
 
 /// Applies pending migrations through the migration URL (`ORACLE_MIGRATION_DATABASE_URL`, else
@@ -71,10 +71,22 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     let Some(url) = config.migration_url() else {
         anyhow::bail!("`migrate` needs DATABASE_URL: the embedded store has no schema to migrate");
     };
-    let store =
-        PostgresStore::connect(url, 1, config.db_acquire_timeout(), config.store_settings())
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to Postgres to migrate: {e}"))?;
+    if config.db_transaction_pooling && config.migration_database_url.is_none() {
+        anyhow::bail!(
+            "ORACLE_DB_TRANSACTION_POOLING is on: migrations need a direct connection to the \
+             primary (the migrator holds a session lock), so set ORACLE_MIGRATION_DATABASE_URL"
+        );
+    }
+    // The migration URL is a direct connection (a session-mode pooler also holds one session).
+    let store = PostgresStore::connect(
+        url,
+        1,
+        config.db_acquire_timeout(),
+        Pooling::Session,
+        config.store_settings(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot connect to Postgres to migrate: {e}"))?;
     store.migrate().await?;
     store.pool().close().await;
     Ok(())
@@ -111,6 +123,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                 url,
                 config.db_pool_size,
                 config.db_acquire_timeout(),
+                config.db_pooling(),
                 config.store_settings(),
             )
             .await

@@ -359,7 +359,7 @@ async fn a_cluster_holds_at_most_a_hundred_keys(backend: Backend) {
     app.issue_key(&unique_cluster(), &["silo"]).await;
 }
 
-for_both_stores!(
+for_each_store!(
     a_key_lives_from_issue_to_revocation,
     bad_key_requests_are_refused_naming_the_field,
     a_cluster_holds_at_most_a_hundred_keys,

@@ -233,7 +233,7 @@ async fn only_a_live_known_silo_can_be_drained(backend: Backend) {
     assert_eq!(app.store.clusters_moving_grains().await.unwrap(), [cluster]);
 }
 
-for_both_stores!(
+for_each_store!(
     every_movable_grain_of_a_drained_silo_gets_one_migration_to_a_live_silo,
     failed_and_stranded_drain_migrations_are_issued_again,
     only_a_live_known_silo_can_be_drained,

@@ -1,5 +1,6 @@
 //! Building the app in-process against either store, with an injected clock.
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,13 +16,15 @@ use placement_oracle::placement::webhook_hosts::WebhookHosts;
 use placement_oracle::rate_limit::{RateLimits, Rates};
 use placement_oracle::secret::Secret;
 use placement_oracle::store::memory::MemoryStore;
-use placement_oracle::store::postgres::PostgresStore;
+use placement_oracle::store::postgres::{Pooling, PostgresStore};
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
 use placement_oracle::{app, telemetry, AppState, Limits};
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use tower::ServiceExt;
+
+use crate::pgbouncer_process::PgBouncer;
 
 /// The admin token of [`TestApp::secured`] apps.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
@@ -38,6 +41,9 @@ pub const MAX_CONCURRENT_REQUESTS: usize = 1_024;
 pub enum Backend {
     Memory,
     Postgres,
+    /// Postgres through a real PgBouncer in transaction mode, with fewer server sessions than
+    /// the store has connections (`ORACLE_DB_TRANSACTION_POOLING`).
+    PgBouncer,
 }
 
 /// One oracle replica, driven in-process, working in one cluster.
@@ -81,12 +87,18 @@ const DATABASE_PREFIX: &str = "po_test_";
 pub struct TestDatabase {
     pub name: String,
     server: String,
+    /// The transaction-mode PgBouncer the store reaches it through, for [`Backend::PgBouncer`].
+    bouncer: Option<PgBouncer>,
 }
 
 impl TestDatabase {
     /// Creates an empty database. Panics with instructions when no Postgres is reachable: these
     /// tests never pass by skipping.
     pub async fn create_empty() -> Arc<Self> {
+        Arc::new(Self::new_database().await)
+    }
+
+    async fn new_database() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let server = server_url();
         let mut admin = admin_connection(&server).await;
@@ -100,23 +112,67 @@ impl TestDatabase {
             .execute(&mut admin)
             .await
             .expect("create a test database");
-        Arc::new(Self { name, server })
+        Self {
+            name,
+            server,
+            bouncer: None,
+        }
     }
 
     /// Creates a database with the oracle's schema. (Migrated before any store reaches it: the
     /// store's readiness probe writes to a table of that schema.)
     pub async fn create() -> Arc<Self> {
-        let database = Self::create_empty().await;
+        let database = Self::new_database().await;
+        database.migrate().await;
+        Arc::new(database)
+    }
+
+    /// Creates a database with the oracle's schema (migrated directly, as a transaction-mode
+    /// pooler requires) that stores reach through a PgBouncer of its own in transaction mode.
+    pub async fn create_behind_pgbouncer() -> Arc<Self> {
+        let mut database = Self::new_database().await;
+        database.migrate().await;
+        database.bouncer = Some(PgBouncer::start(
+            &database.server_address(),
+            "transaction",
+            2,
+        ));
+        Arc::new(database)
+    }
+
+    /// A migrated database for `backend`, none for the embedded store.
+    pub async fn for_backend(backend: Backend) -> Option<Arc<Self>> {
+        match backend {
+            Backend::Memory => None,
+            Backend::Postgres => Some(Self::create().await),
+            Backend::PgBouncer => Some(Self::create_behind_pgbouncer().await),
+        }
+    }
+
+    async fn migrate(&self) {
         let clock = ManualClock::starting_at(START_MS);
+        let direct = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.url())
+            .await
+            .expect("connect to the test database");
         store_on(
-            database.pool(1).await,
+            direct,
+            Pooling::Session,
             StoreSettings::with_ttl(TTL_MS),
             Some(&clock),
         )
         .migrate()
         .await
         .expect("apply migrations");
-        database
+    }
+
+    /// How stores reach this database's sessions.
+    fn pooling(&self) -> Pooling {
+        match self.bouncer {
+            Some(_) => Pooling::Transaction,
+            None => Pooling::Session,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -145,6 +201,7 @@ impl TestDatabase {
     pub async fn store(&self, pool_size: u32, clock: &ManualClock) -> PostgresStore {
         reached(store_on(
             self.pool(pool_size).await,
+            self.pooling(),
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
         ))
@@ -157,16 +214,32 @@ impl TestDatabase {
         pool_size: u32,
         settings: StoreSettings,
     ) -> PostgresStore {
-        reached(store_on(self.pool(pool_size).await, settings, None)).await
+        reached(store_on(
+            self.pool(pool_size).await,
+            self.pooling(),
+            settings,
+            None,
+        ))
+        .await
     }
 
+    /// A pool of `pool_size` connections, through the PgBouncer if there is one (sending no
+    /// startup parameter it refuses, and keeping no statement on a connection, as the store's
+    /// own connect does there).
     async fn pool(&self, pool_size: u32) -> sqlx::PgPool {
+        let options = match &self.bouncer {
+            None => PgConnectOptions::from_str(&self.url()).unwrap(),
+            Some(bouncer) => PgConnectOptions::from_str(&self.url_via(bouncer.port()))
+                .unwrap()
+                .extra_float_digits(None)
+                .statement_cache_capacity(0),
+        };
         PgPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(Duration::from_secs(30))
-            .connect(&self.url())
+            .connect_with(options)
             .await
-            .expect("connect to the test database")
+            .unwrap_or_else(|e| panic!("connect to the test database: {e}"))
     }
 
     /// A store reaching the database through the proxy on `port`, with a short connection wait (as
@@ -174,6 +247,7 @@ impl TestDatabase {
     pub async fn store_via(&self, port: u16, clock: &ManualClock) -> PostgresStore {
         reached(store_on(
             self.pool_via(port).await,
+            Pooling::Session,
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
         ))
@@ -186,7 +260,13 @@ impl TestDatabase {
         port: u16,
         settings: StoreSettings,
     ) -> PostgresStore {
-        reached(store_on(self.pool_via(port).await, settings, None)).await
+        reached(store_on(
+            self.pool_via(port).await,
+            Pooling::Session,
+            settings,
+            None,
+        ))
+        .await
     }
 
     async fn pool_via(&self, port: u16) -> sqlx::PgPool {
@@ -259,18 +339,21 @@ async fn drop_leftovers(admin: &mut PgConnection) {
 /// also measuring how long the database has been reachable), or the database's own without one.
 fn store_on(
     pool: sqlx::PgPool,
+    pooling: Pooling,
     settings: StoreSettings,
     clock: Option<&ManualClock>,
 ) -> PostgresStore {
     match clock {
         Some(clock) => PostgresStore::from_pool(
             pool,
+            pooling,
             settings,
             StoreTime::Clock(Arc::new(clock.clone())),
             Arc::new(clock.clone()),
         ),
         None => PostgresStore::from_pool(
             pool,
+            pooling,
             settings,
             StoreTime::Database,
             Arc::new(MonotonicClock::default()),
@@ -308,8 +391,13 @@ pub struct AppBuilder {
 impl AppBuilder {
     /// Runs on `store` of `database` (a Postgres store a test made itself: through a proxy, on the
     /// database's clock, with a pool of its own).
-    pub fn on(mut self, store: PostgresStore, database: &Arc<TestDatabase>) -> Self {
-        self.store = Some((Arc::new(store), Some(database.clone())));
+    pub fn on(self, store: PostgresStore, database: &Arc<TestDatabase>) -> Self {
+        self.on_shared(Arc::new(store), database)
+    }
+
+    /// On `store` (as `open_store` returns it), whose database is `database`.
+    pub fn on_shared(mut self, store: Arc<dyn Store>, database: &Arc<TestDatabase>) -> Self {
+        self.store = Some((store, Some(database.clone())));
         self
     }
 
@@ -393,10 +481,16 @@ impl AppBuilder {
                 )),
                 None,
             ),
-            (None, Backend::Postgres) => {
-                let database = TestDatabase::create().await;
+            (None, Backend::Postgres | Backend::PgBouncer) => {
+                let database = TestDatabase::for_backend(self.backend).await.unwrap();
                 let pool = database.pool(4).await;
-                let store = reached(store_on(pool, self.store_settings, Some(&clock))).await;
+                let store = reached(store_on(
+                    pool,
+                    database.pooling(),
+                    self.store_settings,
+                    Some(&clock),
+                ))
+                .await;
                 (Arc::new(store), Some(database))
             }
         };

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, START_MS, TTL_MS};
 use crate::proxy::FaultyLink;
 
-for_both_stores!(
+for_each_store!(
     every_acknowledged_heartbeat_grants_the_ttl_less_a_tenth,
     a_shorter_ttl_never_cuts_short_a_lease_already_granted,
 );

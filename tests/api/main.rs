@@ -12,14 +12,18 @@
 //! (layers, no import circle, sizes) and that the docs' map and paths are true. The runtime's side of those rules,
 //! under real faults, is a binary of its own: `tests/runtime/`.
 
-/// Runs each listed test once per store: `<module>::memory::…` and `<module>::postgres::…`.
-macro_rules! for_both_stores {
+/// Runs each listed test once per store: `<module>::memory::…`, `<module>::postgres::…`, and
+/// `<module>::pgbouncer::…` (Postgres through a real PgBouncer in transaction mode).
+macro_rules! for_each_store {
     ($($test:ident),* $(,)?) => {
         mod memory {
             $(#[tokio::test] async fn $test() { super::$test(super::Backend::Memory).await })*
         }
         mod postgres {
             $(#[tokio::test] async fn $test() { super::$test(super::Backend::Postgres).await })*
+        }
+        mod pgbouncer {
+            $(#[tokio::test] async fn $test() { super::$test(super::Backend::PgBouncer).await })*
         }
     };
 }
@@ -39,6 +43,7 @@ mod openapi;
 mod ops;
 mod packaging;
 mod pgbouncer;
+mod pgbouncer_process;
 mod proxy;
 mod rebalancing;
 mod repartitioning;

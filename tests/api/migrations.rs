@@ -198,4 +198,4 @@ async fn a_source_polls_completes_and_fails_its_migrations(backend: Backend) {
     }
 }
 
-for_both_stores!(a_source_polls_completes_and_fails_its_migrations);
+for_each_store!(a_source_polls_completes_and_fails_its_migrations);

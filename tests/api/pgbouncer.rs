@@ -1,132 +1,34 @@
-//! The oracle behind PgBouncer: Debian's, started by the test as a process of its own (never a
-//! shared one) in session mode with its default rules for startup parameters, in front of the
-//! test's database. Nothing about the oracle's connections may need a pooler configured for it:
-//! it connects, migrates, keeps `plan_cache_mode` (set per connection, not as a startup option a
-//! pooler drops), and serves heartbeats, placements, lookups, deactivations and policies through
-//! it. (Transaction pooling is not supported yet; see docs/CONFIGURATION.md.)
+//! The oracle behind PgBouncer: Debian's, started by each test as a process of its own (never a
+//! shared one), in front of the test's database. In session mode nothing about the oracle's
+//! connections may need a pooler configured for it: it connects, migrates, keeps
+//! `plan_cache_mode` (set per connection, not as a startup option a pooler drops), and serves
+//! through it. In transaction mode (`ORACLE_DB_TRANSACTION_POOLING`, migrations through their
+//! own direct URL) it serves many callers at once on fewer server sessions than it has
+//! connections, where any statement kept by name on a connection would fail or run another's.
+//! (Every test of `for_each_store!` also runs through such a PgBouncer.)
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
-use placement_oracle::store::postgres::PostgresStore;
+use placement_oracle::store::postgres::{Pooling, PostgresStore};
 use placement_oracle::store::StoreSettings;
 use serde_json::json;
+use tokio::task::JoinSet;
 
 use crate::helpers::{Backend, TestApp, TestDatabase, TTL_MS};
-
-/// A PgBouncer process on a free port, pooling connections to the test server.
-struct PgBouncer {
-    dir: PathBuf,
-    port: u16,
-    child: Child,
-}
-
-impl PgBouncer {
-    /// Starts it with `pool_mode`; everything else is PgBouncer's default but what it needs to
-    /// run here (addresses, trust authentication, its files in a folder of its own). Panics with
-    /// what is missing: this test is never skipped.
-    fn start(database: &TestDatabase, pool_mode: &str) -> Self {
-        let binary = PathBuf::from("/usr/sbin/pgbouncer");
-        assert!(
-            binary.exists(),
-            "\n\nThis test runs PgBouncer and found none at /usr/sbin/pgbouncer: \
-             apt-get install pgbouncer\n\n"
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("oracle-pgbouncer-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (host, server_port) = database.server_address().rsplit_once(':').map_or_else(
-            || ("127.0.0.1".to_owned(), "5432".to_owned()),
-            |(h, p)| (h.to_owned(), p.to_owned()),
-        );
-        std::fs::write(dir.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
-        std::fs::write(
-            dir.join("pgbouncer.ini"),
-            format!(
-                "[databases]\n* = host={host} port={server_port}\n\n[pgbouncer]\n\
-                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-                 auth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
-                 logfile = {log}\npidfile = {pid}\n",
-                users = dir.join("users.txt").display(),
-                log = dir.join("pgbouncer.log").display(),
-                pid = dir.join("pgbouncer.pid").display(),
-            ),
-        )
-        .unwrap();
-        // PgBouncer refuses to run as root.
-        let root = String::from_utf8_lossy(&Command::new("id").arg("-u").output().unwrap().stdout)
-            .trim()
-            == "0";
-        let mut command = if root {
-            Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .unwrap();
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(&binary);
-            command
-        } else {
-            Command::new(&binary)
-        };
-        let child = command
-            .arg(dir.join("pgbouncer.ini"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pgbouncer");
-        let bouncer = Self { dir, port, child };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "pgbouncer did not listen: {}",
-                bouncer.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bouncer
-    }
-
-    /// `database` reached through PgBouncer.
-    fn url(&self, database: &TestDatabase) -> String {
-        database.url_via(self.port)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PgBouncer {
-    /// Stops PgBouncer itself (as root, `runuser` is the child and would leave it running).
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pgbouncer.pid")) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use crate::pgbouncer_process::PgBouncer;
 
 #[tokio::test]
 async fn the_oracle_connects_migrates_and_serves_through_pgbouncer_in_session_mode() {
     let database = TestDatabase::create_empty().await;
-    let bouncer = PgBouncer::start(&database, "session");
-    let url = bouncer.url(&database);
+    let bouncer = PgBouncer::start(&database.server_address(), "session", 20);
+    let url = database.url_via(bouncer.port());
     let connect = || {
         PostgresStore::connect(
             &url,
             4,
             Duration::from_secs(5),
+            Pooling::Session,
             StoreSettings::with_ttl(TTL_MS),
         )
     };
@@ -196,4 +98,91 @@ async fn the_oracle_connects_migrates_and_serves_through_pgbouncer_in_session_mo
     assert_eq!(silos.body["silos"].as_array().unwrap().len(), 2);
     let ready = app.send(Method::GET, "/readyz", None).await;
     assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+}
+
+/// The issue's scenario: callers racing placements, heartbeats and look-ups through a
+/// transaction-mode PgBouncer with two server sessions for the oracle's eight connections. The
+/// oracle is configured as an operator would (`serve` migrating through the direct URL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_oracle_serves_concurrent_callers_through_pgbouncer_in_transaction_mode() {
+    let database = TestDatabase::create_empty().await;
+    let bouncer = PgBouncer::start(&database.server_address(), "transaction", 2);
+    let mut config = placement_oracle::config::Config::defaults();
+    config.database_url = Some(database.url_via(bouncer.port()));
+    config.migration_database_url = Some(database.url());
+    config.db_transaction_pooling = true;
+    config.db_pool_size = 8;
+    config.validate().unwrap();
+    let store = placement_oracle::open_store(&config)
+        .await
+        .unwrap_or_else(|e| panic!("serving through pgbouncer: {e}\n{}", bouncer.log()));
+    let app = TestApp::builder(Backend::Postgres)
+        .on_shared(store, &database)
+        .build()
+        .await;
+    for silo in ["10.0.0.1:11111@1", "10.0.0.2:11111@1", "10.0.0.3:11111@1"] {
+        app.heartbeat(silo, json!({"cpu_usage": 20.0})).await;
+    }
+
+    let callers = 16;
+    let grains_each = 40;
+    let mut racing = JoinSet::new();
+    for caller in 0..callers {
+        let app = app.clone();
+        racing.spawn(async move {
+            let mut placed = Vec::new();
+            for i in 0..grains_each {
+                // Two callers place each grain, so half the placements find it registered.
+                let grain = format!("user/{}", (caller / 2) * grains_each + i);
+                let answer = app.place(&grain).await;
+                placed.push((grain, answer["silo"].clone(), answer["epoch"].clone()));
+                if i % 10 == 0 {
+                    let silo = format!("10.0.0.{}:11111@1", caller % 3 + 1);
+                    app.heartbeat(&silo, json!({"cpu_usage": 20.0})).await;
+                }
+            }
+            placed
+        });
+    }
+    let mut placements = 0;
+    while let Some(placed) = racing.join_next().await {
+        for (grain, silo, epoch) in placed.unwrap() {
+            placements += 1;
+            let found = app.get(&format!("/activations/{grain}")).await;
+            assert_eq!(found.status, StatusCode::OK, "{grain}: {}", found.body);
+            assert_eq!(
+                (&found.body["silo"], &found.body["epoch"]),
+                (&silo, &epoch),
+                "{grain}: both callers were given the one registration"
+            );
+        }
+    }
+    assert_eq!(placements, callers * grains_each);
+    let ready = app.send(Method::GET, "/readyz", None).await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.body);
+    let listed = app.get("/silos").await;
+    assert_eq!(listed.body["silos"].as_array().unwrap().len(), 3);
+}
+
+/// Through a transaction-mode pooler the migrator could not hold its session lock: the oracle
+/// refuses to start migrating through it, and says which URL to give.
+#[tokio::test]
+async fn transaction_pooling_never_migrates_through_the_pooler() {
+    let mut config = placement_oracle::config::Config::defaults();
+    config.database_url = Some("postgres://oracle@pgbouncer:6432/oracle".to_owned());
+    config.db_transaction_pooling = true;
+    let refused = config.validate().unwrap_err().join("\n");
+    assert!(
+        refused.contains("ORACLE_MIGRATION_DATABASE_URL"),
+        "{refused}"
+    );
+    let refused = placement_oracle::migrate(&config).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("ORACLE_MIGRATION_DATABASE_URL"),
+        "{refused}"
+    );
+    config.migrate_on_start = false;
+    config.validate().unwrap();
 }

@@ -200,7 +200,7 @@ async fn a_cycle_before_the_last_ones_moves_are_done_does_not_plan_them_again(ba
     );
 }
 
-for_both_stores!(
+for_each_store!(
     a_cycle_before_the_last_ones_moves_are_done_does_not_plan_them_again,
     a_skewed_cluster_is_balanced_by_cycles_and_completed_migrations,
     the_lease_holder_runs_sessions_on_their_timers,

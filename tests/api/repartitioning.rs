@@ -327,7 +327,7 @@ async fn the_lease_holder_runs_rounds_on_the_timer(backend: Backend) {
     assert_eq!(status.body["lease"]["holder"], app.oracle_replica());
 }
 
-for_both_stores!(
+for_each_store!(
     orleans_two_silo_scenarios_in_both_planners,
     every_pair_ends_together_within_a_tight_balance,
     edge_reports_are_validated_filtered_and_bounded,

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use placement_oracle::store::postgres::PostgresStore;
+use placement_oracle::store::postgres::{Pooling, PostgresStore};
 use placement_oracle::store::{Store, StoreSettings};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
@@ -256,6 +256,7 @@ async fn several_replicas_starting_together_migrate_a_fresh_database_once() {
                 &url,
                 2,
                 std::time::Duration::from_secs(5),
+                Pooling::Session,
                 StoreSettings::with_ttl(10_000),
             )
             .await

@@ -19,10 +19,9 @@ use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
 /// A store of its own, on a manual clock; the database is kept alive with it.
 async fn direct(backend: Backend) -> (Arc<dyn Store>, ManualClock, Option<Arc<TestDatabase>>) {
     let clock = ManualClock::starting_at(START_MS);
-    match backend {
-        Backend::Memory => (memory_store(&clock), clock, None),
-        Backend::Postgres => {
-            let database = TestDatabase::create().await;
+    match TestDatabase::for_backend(backend).await {
+        None => (memory_store(&clock), clock, None),
+        Some(database) => {
             let store = database.store(2, &clock).await;
             (Arc::new(store), clock, Some(database))
         }
@@ -1168,7 +1167,7 @@ async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: 
         .is_empty());
 }
 
-for_both_stores!(
+for_each_store!(
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,

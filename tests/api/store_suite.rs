@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{Backend, TestApp, START_MS, TTL_MS};
 
-for_both_stores!(
+for_each_store!(
     a_first_heartbeat_creates_the_cluster_and_the_silo,
     heartbeats_are_stamped_with_the_oracle_clock_and_smoothed,
     a_placement_is_registered_and_every_later_caller_gets_the_same_silo,

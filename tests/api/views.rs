@@ -246,7 +246,7 @@ async fn previews_leave_no_tally_behind(backend: Backend) {
     previews_then_a_placement_find_the_same_lighter_silo(&app, policy).await;
 }
 
-for_both_stores!(
+for_each_store!(
     clusters_are_listed_in_name_order_page_by_page,
     the_distribution_counts_each_silos_grains_and_the_open_migrations,
     a_preview_decides_and_explains_but_registers_nothing,

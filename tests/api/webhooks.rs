@@ -190,7 +190,7 @@ async fn a_preview_of_a_webhook_type_calls_nothing_and_leaves_no_tally(backend: 
     );
 }
 
-for_both_stores!(
+for_each_store!(
     a_policy_naming_a_host_not_allowed_is_refused_and_nothing_is_stored,
     an_admin_allow_list_without_loopback_refuses_a_local_endpoint,
     a_stored_webhook_whose_host_is_not_allowed_is_not_called,

@@ -2,6 +2,7 @@
 //! that meets a silo past its TTL): its generation retired for ever, and its directory entries
 //! released in chunks. Both run inside the transaction that holds the dead silo's row.
 
+use super::statements::Tx;
 use std::collections::HashMap;
 
 use super::error::PgError;
@@ -11,7 +12,7 @@ use crate::store::StoreError;
 /// Records the generations of silos that just died (in the death's transaction): per address the
 /// newest dead generation, which every id not newer than it is refused by, for ever.
 pub(super) async fn retire<'a>(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tx: &mut Tx,
     dead: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), PgError> {
     let mut newest: HashMap<(&str, String), i64> = HashMap::new();
@@ -41,7 +42,7 @@ pub(super) async fn retire<'a>(
     .bind(&clusters)
     .bind(&addresses)
     .bind(&generations)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
@@ -49,7 +50,7 @@ pub(super) async fn retire<'a>(
 /// Deletes up to `limit` of a dead silo's entries, by primary key; when fewer were left, marks the
 /// silo released (no entry can appear on it after its death commits). Returns how many it deleted.
 pub(super) async fn release_chunk(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tx: &mut Tx,
     cluster: &str,
     silo: &str,
     limit: u32,
@@ -61,7 +62,7 @@ pub(super) async fn release_chunk(
     .bind(cluster)
     .bind(silo)
     .bind(i64::from(limit))
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?
     .rows_affected();
     if released < u64::from(limit) {
@@ -72,7 +73,7 @@ pub(super) async fn release_chunk(
         )
         .bind(cluster)
         .bind(silo)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     }
     Ok(released)

@@ -101,7 +101,7 @@ impl PostgresStore {
         .bind(&names)
         .bind(self.now())
         .bind(self.health.reachable_for())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         rows.iter()
             .map(|row| {
@@ -253,7 +253,7 @@ impl PostgresStore {
         .bind(&strategies)
         .bind(self.now())
         .bind(self.health.reachable_for())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await;
         match rows {
             Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => Ok(None),
@@ -328,7 +328,7 @@ impl PostgresStore {
         if stale_grains.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let dead: Vec<String> = sqlx::query_scalar(
                 "WITH stale AS (
                     SELECT a.grain, a.silo FROM UNNEST($2::text[], $3::int8[]) AS s(grain, epoch)
@@ -366,7 +366,7 @@ impl PostgresStore {
         .bind(&stale_epochs)
         .bind(judged.now)
         .bind(judged.reachable_for)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         retire(
             &mut tx,
@@ -436,7 +436,7 @@ impl PostgresStore {
         .bind(&strategies)
         .bind(judged.now)
         .bind(judged.reachable_for)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await;
         let rows = match rows {
             Err(error) if has_sqlstate(&error, FOREIGN_KEY_VIOLATION) => return Ok(None),
@@ -464,7 +464,7 @@ impl PostgresStore {
         .bind(grain.as_str())
         .bind(silo.as_str())
         .bind(epoch)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -488,7 +488,7 @@ impl PostgresStore {
         .bind(silo.as_str())
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         rows.iter().map(activation_from_row).collect()
     }
@@ -517,7 +517,7 @@ impl PostgresStore {
         .bind(immovable)
         .bind(moved_since)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         rows.iter().map(activation_from_row).collect()
     }
@@ -531,14 +531,14 @@ impl PostgresStore {
             let Some(row) = sqlx::query(
                 "SELECT cluster, silo FROM silos WHERE status = 'dead' AND NOT released LIMIT 1",
             )
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?
             else {
                 return Ok(0);
             };
             let cluster: String = row.try_get("cluster")?;
             let silo: String = row.try_get("silo")?;
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.db.begin().await?;
             let released = release_chunk(&mut tx, &cluster, &silo, limit).await?;
             tx.commit().await?;
             if released > 0 {
@@ -611,7 +611,7 @@ impl DirectoryStore for PostgresStore {
                 "SELECT silo, count(*) FROM activations WHERE cluster = $1 GROUP BY silo",
             )
             .bind(cluster.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
             Ok(rows
                 .into_iter()

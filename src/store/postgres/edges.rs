@@ -17,13 +17,13 @@ impl PostgresStore {
         edges: &[EdgeReport],
         max_unprocessed: u32,
     ) -> Result<Option<u64>, PgError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         sqlx::query(
             "INSERT INTO edge_intake (cluster) SELECT name FROM clusters WHERE name = $1
              ON CONFLICT (cluster) DO NOTHING",
         )
         .bind(cluster.as_str())
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
         let n = i64::try_from(edges.len()).unwrap_or(i64::MAX);
         let last: Option<i64> = sqlx::query_scalar(
@@ -31,7 +31,7 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(n)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
         let Some(last) = last else {
             return Ok(None);
@@ -53,7 +53,7 @@ impl PostgresStore {
         .bind(&from)
         .bind(&to)
         .bind(&counts)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
         // Edges numbered up to `bound` are beyond the limit.
         let bound = last - i64::from(max_unprocessed);
@@ -64,7 +64,7 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(bound)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         let cut: i64 = sqlx::query_scalar(
             "WITH cut AS (
@@ -81,14 +81,14 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(bound)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         let dropped = whole + cut;
         if dropped > 0 {
             sqlx::query("UPDATE edge_intake SET dropped = dropped + $2 WHERE cluster = $1")
                 .bind(cluster.as_str())
                 .bind(dropped)
-                .execute(&mut *tx)
+                .execute(&mut tx)
                 .await?;
         }
         tx.commit().await?;
@@ -132,7 +132,7 @@ impl EdgeStore for PostgresStore {
             .bind(cluster.as_str())
             .bind(after)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
             let mut pending = Vec::new();
             for (start, first, from, to, counts) in rows {
@@ -159,7 +159,7 @@ impl EdgeStore for PostgresStore {
             sqlx::query("DELETE FROM edge_buffer WHERE cluster = $1 AND last_seq <= $2")
                 .bind(cluster.as_str())
                 .bind(through)
-                .execute(&self.pool)
+                .execute(&self.db)
                 .await?;
             Ok(())
         })
@@ -175,7 +175,7 @@ impl EdgeStore for PostgresStore {
                  FROM edge_intake i WHERE i.cluster = $1",
             )
             .bind(cluster.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.db)
             .await?;
             Ok(
                 row.map_or_else(EdgeIntake::default, |(last_seq, dropped, pending)| {

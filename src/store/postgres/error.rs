@@ -15,6 +15,11 @@ pub(super) const DEADLOCK_DETECTED: &str = "40P01";
 /// SQLSTATE of a write refused by a read-only transaction: a standby, or a primary set read-only.
 const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 
+/// SQLSTATEs of a prepared statement that is missing or already exists (invalid statement name,
+/// duplicate prepared statement), and of a protocol violation: what a transaction-mode pooler
+/// answers a client that keeps statements by name on a connection.
+const STATEMENT_NAME_ERRORS: [&str; 3] = ["26000", "42P05", "08P01"];
+
 /// Whether the error is the database's, with this SQLSTATE.
 pub(super) fn has_sqlstate(error: &sqlx::Error, sqlstate: &str) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(sqlstate))
@@ -38,7 +43,16 @@ impl From<sqlx::Error> for StoreError {
     /// heartbeat either); a wait for a pooled connection that timed out is
     /// [`StoreError::TimedOut`]; whatever else the database says is [`StoreError::Failed`].
     fn from(error: sqlx::Error) -> Self {
-        let detail = error.to_string();
+        let mut detail = error.to_string();
+        if STATEMENT_NAME_ERRORS
+            .iter()
+            .any(|code| has_sqlstate(&error, code))
+            && detail.contains("prepared statement")
+        {
+            detail.push_str(
+                " (is DATABASE_URL a transaction-mode pooler? set ORACLE_DB_TRANSACTION_POOLING=true)",
+            );
+        }
         match &error {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)

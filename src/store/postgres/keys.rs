@@ -43,7 +43,7 @@ impl PostgresStore {
         .bind(&key.hash)
         .bind(self.now())
         .bind(MAX_KEYS_PER_CLUSTER as i64)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         match row {
             Some(row) => stored_key(row),
@@ -59,7 +59,7 @@ impl PostgresStore {
         let row: Option<KeyRow> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM cluster_keys WHERE id = $1"))
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.db)
                 .await?;
         row.map(stored_key).transpose()
     }
@@ -69,7 +69,7 @@ impl PostgresStore {
             "SELECT {COLUMNS} FROM cluster_keys WHERE cluster = $1 ORDER BY created_at_ms, id"
         ))
         .bind(cluster.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         rows.into_iter().map(stored_key).collect()
     }
@@ -78,7 +78,7 @@ impl PostgresStore {
         let deleted = sqlx::query("DELETE FROM cluster_keys WHERE id = $1 AND cluster = $2")
             .bind(id)
             .bind(cluster.as_str())
-            .execute(&self.pool)
+            .execute(&self.db)
             .await?;
         Ok(deleted.rows_affected() == 1)
     }

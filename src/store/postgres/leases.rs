@@ -46,7 +46,7 @@ impl PostgresStore {
         .bind(ttl_ms)
         .bind(self.now())
         .bind(take_over)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         if let Some(row) = claimed {
             return Ok(LeaseClaim::Held(lease(row)));
@@ -62,7 +62,7 @@ impl PostgresStore {
             "SELECT holder, token, expires_at_ms FROM cluster_leases WHERE cluster = $1",
         )
         .bind(cluster.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         Ok(row.map(lease))
     }
@@ -80,7 +80,7 @@ impl PostgresStore {
         .bind(&current.holder)
         .bind(current.token)
         .bind(self.now())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(released.rows_affected() == 1)
     }
@@ -97,7 +97,7 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(kind)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?)
     }
 
@@ -127,7 +127,7 @@ impl PostgresStore {
         .bind(kind)
         .bind(state)
         .bind(self.now())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(written.rows_affected() == 1)
     }

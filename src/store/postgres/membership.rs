@@ -53,7 +53,7 @@ impl PostgresStore {
         ))
         .bind(cluster.as_str())
         .bind(self.now())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         let Some(first) = rows.first() else {
             return Ok(None);
@@ -91,7 +91,7 @@ impl PostgresStore {
         .bind(self.now())
         .bind(after.map(SiloId::as_str))
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         let Some(first) = rows.first() else {
             return Ok(None);
@@ -115,7 +115,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(silo.as_str())
         .bind(self.now())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         row.map(|row| {
             Ok((
@@ -145,7 +145,7 @@ impl PostgresStore {
         .bind(silo.as_str())
         .bind(self.now())
         .bind(self.health.reachable_for())
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         self.try_silo(cluster, silo).await
     }
@@ -158,7 +158,7 @@ impl PostgresStore {
         // Mark it dead first — taking the row FOR UPDATE, the death protocol (see
         // `declare_silent_dead`), so racing heartbeats and registrations wait, then find it dead —
         // then release a first chunk of its entries; the sweep releases the rest.
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let known = sqlx::query(
             "WITH locked AS (
                 SELECT cluster, silo FROM silos WHERE cluster = $1 AND silo = $2 FOR UPDATE
@@ -170,7 +170,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(silo.as_str())
         .bind(self.now())
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?
         .rows_affected();
         if known == 0 {
@@ -207,7 +207,7 @@ impl PostgresStore {
     ) -> Result<Reaping, PgError> {
         let outages = self.health.outages_seen();
         let reachable_for = self.health.reachable_for();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let rows = sqlx::query(
             "WITH t AS (SELECT COALESCE($1::int8, oracle_now_ms()) AS now),
              silent AS (
@@ -245,7 +245,7 @@ impl PostgresStore {
         .bind(reachable_for)
         .bind(only.map(|(cluster, _)| cluster.as_str()))
         .bind(only.map(|(_, silo)| silo.as_str()))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         let mut reaping = Reaping::default();
         for row in &rows {
@@ -289,7 +289,7 @@ impl PostgresStore {
         .bind(self.now())
         .bind(DEAD_SILO_RETENTION_MS)
         .bind(FORGET_CHUNK)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(())
     }
@@ -401,7 +401,7 @@ impl MembershipStore for PostgresStore {
             )
             .bind(after.map(ClusterName::as_str))
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
             cluster_names(&names)
         })

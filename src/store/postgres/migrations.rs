@@ -7,7 +7,9 @@
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::Row;
+
+use super::statements::Tx;
 
 use super::error::{deadlock_as_contention, PgError};
 use super::PostgresStore;
@@ -39,7 +41,7 @@ impl PostgresStore {
         fence: &Lease,
         migrations: &[NewMigration],
     ) -> Result<Option<Vec<Migration>>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let holds: Option<i32> = sqlx::query_scalar(
             "SELECT 1 FROM cluster_leases
              WHERE cluster = $1 AND holder = $2 AND token = $3
@@ -50,7 +52,7 @@ impl PostgresStore {
         .bind(&fence.holder)
         .bind(fence.token)
         .bind(self.now())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
         if holds.is_none() {
             return Ok(None);
@@ -83,7 +85,7 @@ impl PostgresStore {
         .bind(&epochs)
         .bind(fence.token)
         .bind(self.now())
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         let mut written = rows.iter().map(migration).collect::<Result<Vec<_>, _>>()?;
         tx.commit().await?;
@@ -107,7 +109,7 @@ impl PostgresStore {
         .bind(from.as_str())
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         rows.iter().map(migration).collect()
     }
@@ -118,7 +120,7 @@ impl PostgresStore {
         id: i64,
         ttl_ms: Millis,
     ) -> Result<Completion, PgError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let (m, now) = match self.lock_migration(&mut tx, cluster, id).await? {
             Found::Open { migration, now } => (migration, now),
             Found::Ended { migration, ending } => {
@@ -148,7 +150,7 @@ impl PostgresStore {
         .bind(now)
         .bind(self.health.reachable_for())
         .bind(&grain_type)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         let find = |id: &str| silos.iter().find(|(silo, ..)| silo == id);
         if !find(&m.from).is_some_and(|(_, status, live, _)| status != "dead" && *live) {
@@ -164,7 +166,7 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(&m.grain)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?;
         match entry {
             None => return refuse(tx, cluster, m, Refusal::GrainGone, now).await,
@@ -184,7 +186,7 @@ impl PostgresStore {
         .bind(&m.to)
         .bind(now)
         .bind(m.reason.as_str())
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         end(&mut tx, cluster, &m, &Ending::Moved { epoch }, now).await?;
         tx.commit().await?;
@@ -198,7 +200,7 @@ impl PostgresStore {
     /// [`ENDING_KEPT_MS`] ended it, if one did.
     async fn lock_migration(
         &self,
-        tx: &mut Transaction<'_, Postgres>,
+        tx: &mut Tx,
         cluster: &ClusterName,
         id: i64,
     ) -> Result<Found, PgError> {
@@ -209,7 +211,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(id)
         .bind(self.now())
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
         if let Some(row) = row {
             return Ok(Found::Open {
@@ -226,7 +228,7 @@ impl PostgresStore {
         .bind(id)
         .bind(self.now())
         .bind(ENDING_KEPT_MS)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
         Ok(match ended {
             Some((migration, ending)) => Found::Ended {
@@ -238,7 +240,7 @@ impl PostgresStore {
     }
 
     async fn try_fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, PgError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         match self.lock_migration(&mut tx, cluster, id).await? {
             Found::Open { migration, now } => {
                 end(&mut tx, cluster, &migration, &Ending::Failed, now).await?;
@@ -277,7 +279,7 @@ impl PostgresStore {
         .bind(ttl_ms)
         .bind(self.now())
         .bind(self.health.reachable_for())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         // Endings kept for retries, once they are older than that: rows no one else touches.
         sqlx::query(
@@ -287,7 +289,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(self.now())
         .bind(ENDING_KEPT_MS)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         rows.iter().map(migration).collect()
     }
@@ -308,7 +310,7 @@ enum Found {
 
 /// Cancels the migration and says why it was not applied.
 async fn refuse(
-    mut tx: Transaction<'_, Postgres>,
+    mut tx: Tx,
     cluster: &ClusterName,
     migration: Migration,
     refusal: Refusal,
@@ -325,7 +327,7 @@ async fn refuse(
 /// Removes the migration and keeps how it ended (endings older than [`ENDING_KEPT_MS`] are pruned
 /// by the movers' driver, in `cancel_stale_migrations`, off this path).
 async fn end(
-    tx: &mut Transaction<'_, Postgres>,
+    tx: &mut Tx,
     cluster: &ClusterName,
     migration: &Migration,
     ending: &Ending,
@@ -343,7 +345,7 @@ async fn end(
     .bind(Json(migration))
     .bind(Json(ending))
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
@@ -393,7 +395,7 @@ impl MigrationStore for PostgresStore {
                  GROUP BY from_silo, to_silo ORDER BY from_silo, to_silo",
             )
             .bind(cluster.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
             Ok(rows
                 .into_iter()
@@ -430,7 +432,7 @@ impl MigrationStore for PostgresStore {
                     OR EXISTS (SELECT 1 FROM edge_buffer b WHERE b.cluster = c.name)
                  ORDER BY name",
             )
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db)
             .await?;
             super::cluster_names(&names)
         })
@@ -449,7 +451,7 @@ impl MigrationStore for PostgresStore {
             )
             .bind(cluster.as_str())
             .bind(silo.as_str())
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
             Ok(SiloCounts {
                 activations: u64::try_from(activations).unwrap_or(0),

@@ -32,6 +32,7 @@ mod migrations;
 mod policy;
 mod pools;
 mod readiness;
+mod statements;
 
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -43,6 +44,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use self::health::{StoreHealth, Verdict};
+use self::statements::Db;
+pub use self::statements::Pooling;
 use super::{
     LimitReached, PoolStats, Reach, Store, StoreError, StoreSettings, StoreStats, StoreTime,
 };
@@ -95,7 +98,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// The Postgres store.
 #[derive(Debug)]
 pub struct PostgresStore {
-    pool: PgPool,
+    /// Where every statement runs (see [`statements`]).
+    db: Db,
     settings: StoreSettings,
     time: StoreTime,
     health: StoreHealth,
@@ -110,19 +114,25 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects a pool of `pool_size` connections that waits at most `acquire_timeout` for one. On
-    /// the database's clock. Does not touch the schema; see [`Self::migrate`].
+    /// Connects a pool of `pool_size` connections that waits at most `acquire_timeout` for one,
+    /// reaching Postgres sessions as `pooling` says. On the database's clock. Does not touch the
+    /// schema; see [`Self::migrate`] (which needs [`Pooling::Session`]).
     pub async fn connect(
         url: &str,
         pool_size: u32,
         acquire_timeout: Duration,
+        pooling: Pooling,
         settings: StoreSettings,
     ) -> Result<Self, StoreError> {
         // No startup parameter a default PgBouncer refuses ("unsupported startup parameter"):
         // sqlx would send `extra_float_digits` (text-format floats only; every query here is
         // binary) and `options`, so the session setting below is made once per new connection
         // instead, which also survives a pooler that drops startup options.
-        let options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
+        let mut options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
+        if pooling == Pooling::Transaction {
+            // No statement is kept on a connection whose next transaction may run elsewhere.
+            options = options.statement_cache_capacity(0);
+        }
         let connections = Arc::new(ConnectionTrust::default());
         let trust = connections.clone();
         let pool = PgPoolOptions::new()
@@ -141,8 +151,13 @@ impl PostgresStore {
             // its parameters. Postgres would otherwise keep planning some of them afresh on each
             // call (its cost model prefers custom plans for `= ANY($array)`), which measured as
             // 2.4× the database CPU per directory lookup.
-            .after_connect(|connection, _| {
+            // (Through a transaction-mode pooler the setting would stay on whichever session the
+            // pooler chose, and unnamed statements are planned for their parameters anyway.)
+            .after_connect(move |connection, _| {
                 Box::pin(async move {
+                    if pooling == Pooling::Transaction {
+                        return Ok(());
+                    }
                     sqlx::Executor::execute(
                         &mut *connection,
                         "SET plan_cache_mode = force_generic_plan",
@@ -155,6 +170,7 @@ impl PostgresStore {
             .await?;
         let mut store = Self::from_pool(
             pool,
+            pooling,
             settings,
             StoreTime::Database,
             Arc::new(MonotonicClock::default()),
@@ -167,12 +183,13 @@ impl PostgresStore {
     /// durations (how long the database has been reachable).
     pub fn from_pool(
         pool: PgPool,
+        pooling: Pooling,
         settings: StoreSettings,
         time: StoreTime,
         local_clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
-            pool,
+            db: Db::new(pool, pooling),
             settings,
             time,
             health: StoreHealth::new(local_clock),
@@ -188,15 +205,15 @@ impl PostgresStore {
         // Clusters created before the TTL was stored with them were judged by the replicas'
         // configured default: keep that for them before the migration makes the TTL required.
         let has_clusters: bool = sqlx::query_scalar("SELECT to_regclass('clusters') IS NOT NULL")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
         if has_clusters {
             sqlx::query("UPDATE clusters SET silo_ttl_ms = $1 WHERE silo_ttl_ms IS NULL")
                 .bind(self.settings.default_silo_ttl_ms)
-                .execute(&self.pool)
+                .execute(&self.db)
                 .await?;
         }
-        MIGRATOR.run(&self.pool).await?;
+        MIGRATOR.run(self.db.pool()).await?;
         Ok(())
     }
 
@@ -205,7 +222,7 @@ impl PostgresStore {
     pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
         let applied: Vec<i64> =
             sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await
                 .or_else(|error| match &error {
                     // No migration was ever applied: the table does not exist.
@@ -222,7 +239,7 @@ impl PostgresStore {
     }
 
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.db.pool()
     }
 
     /// The injected time, or `NULL` for the database's clock: statements read
@@ -300,13 +317,13 @@ impl PostgresStore {
         .bind(self.settings.default_silo_ttl_ms)
         .bind(self.now())
         .bind(i64::try_from(self.settings.max_clusters).unwrap_or(i64::MAX))
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db)
         .await?;
         // A concurrent creation of the same name is invisible to this statement's snapshot.
         let exists = exists
             || sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM clusters WHERE name = $1)")
                 .bind(cluster.as_str())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db)
                 .await?;
         if !exists {
             return Err(LimitReached::Clusters {
@@ -346,7 +363,7 @@ impl PostgresStore {
     async fn try_stats(&self) -> Result<StoreStats, StoreError> {
         let rows =
             sqlx::query("SELECT status, count(*) AS n FROM silos GROUP BY status ORDER BY status")
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db)
                 .await?;
         let mut silos_by_status = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -363,13 +380,14 @@ impl PostgresStore {
              FROM (SELECT count(*) AS n FROM (SELECT 1 FROM activations LIMIT $1 + 1) x) exact",
         )
         .bind(EXACT_COUNT_UP_TO)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db)
         .await?;
         let open_migrations: i64 = sqlx::query_scalar("SELECT count(*) FROM migrations")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.db)
             .await?;
-        let size = self.pool.size();
-        let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
+        let pool = self.db.pool();
+        let size = pool.size();
+        let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
         Ok(StoreStats {
             silos_by_status,
             directory_entries: u64::try_from(entries).unwrap_or(0),
@@ -377,7 +395,7 @@ impl PostgresStore {
             pool: Some(PoolStats {
                 in_use: size.saturating_sub(idle),
                 idle,
-                max: self.pool.options().get_max_connections(),
+                max: pool.options().get_max_connections(),
             }),
         })
     }
@@ -398,7 +416,7 @@ impl Store for PostgresStore {
     /// (reads may still be served).
     async fn ping(&self) -> Result<(), StoreError> {
         self.readiness
-            .answer(|| self.guard(self.readiness.write(&self.pool)))
+            .answer(|| self.guard(self.readiness.write(&self.db)))
             .await
     }
 

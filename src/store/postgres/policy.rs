@@ -33,7 +33,7 @@ impl PostgresStore {
         .bind(Json(policy))
         .bind(ttl)
         .bind(expected)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         if let Some(version) = updated {
             return Ok(Ok(version));
@@ -41,7 +41,7 @@ impl PostgresStore {
         let current: i64 =
             sqlx::query_scalar("SELECT policy_version FROM clusters WHERE name = $1")
                 .bind(cluster.as_str())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db)
                 .await?;
         Ok(Err(current))
     }

@@ -24,7 +24,7 @@ impl PostgresStore {
         .bind(cluster.as_str())
         .bind(name.as_str())
         .bind(Json(pool))
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(())
     }
@@ -38,7 +38,7 @@ impl PostgresStore {
             sqlx::query_scalar("SELECT definition FROM pools WHERE cluster = $1 AND pool = $2")
                 .bind(cluster.as_str())
                 .bind(name.as_str())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.db)
                 .await?;
         definition.map(decode_stored).transpose()
     }
@@ -54,7 +54,7 @@ impl PostgresStore {
         )
         .bind(cluster.as_str())
         .bind(name.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         Ok(before.map(|n| u64::try_from(n).unwrap_or(0)))
     }

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use super::statements::Db;
 
 use crate::store::StoreError;
 
@@ -83,9 +83,9 @@ impl Readiness {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes this replica's row on a connection of `pool`, waiting at most [`WRITE_DEADLINE`];
+    /// Writes this replica's row on a connection of `db`, waiting at most [`WRITE_DEADLINE`];
     /// while an earlier write is still outstanding, answers at once that writes are stalled.
-    pub async fn write(&self, pool: &PgPool) -> Result<(), StoreError> {
+    pub async fn write(&self, db: &Db) -> Result<(), StoreError> {
         let stalled = || {
             StoreError::WritesStalled(format!(
                 "a one-row write did not commit within {} ms",
@@ -98,7 +98,7 @@ impl Readiness {
                 *self.lock_outstanding() = Some(earlier);
                 return Err(stalled());
             }
-            _ => tokio::spawn(write_row(pool.clone(), self.replica.clone())),
+            _ => tokio::spawn(write_row(db.clone(), self.replica.clone())),
         };
         match tokio::time::timeout(WRITE_DEADLINE, &mut write).await {
             Ok(Ok(written)) => written,
@@ -120,7 +120,7 @@ impl Readiness {
 }
 
 /// The write itself, on a connection of its own that it keeps until the commit returns.
-async fn write_row(pool: PgPool, replica: String) -> Result<(), StoreError> {
+async fn write_row(db: Db, replica: String) -> Result<(), StoreError> {
     sqlx::query(
         "WITH pruned AS (DELETE FROM readiness_probes WHERE probed_ms < oracle_now_ms() - $2)
          INSERT INTO readiness_probes (replica, probed_ms) VALUES ($1, oracle_now_ms())
@@ -128,7 +128,7 @@ async fn write_row(pool: PgPool, replica: String) -> Result<(), StoreError> {
     )
     .bind(replica)
     .bind(KEEP_ROWS_MS)
-    .execute(&pool)
+    .execute(&db)
     .await?;
     Ok(())
 }

@@ -53,7 +53,7 @@ impl PostgresStore {
         .bind(address)
         .bind(generation)
         .bind(record.protected_until_ms)
-        .execute(&self.pool)
+        .execute(&self.db)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -64,7 +64,7 @@ impl PostgresStore {
             "SELECT count(*) FROM silos WHERE cluster = $1 AND status <> 'dead'",
         )
         .bind(cluster.as_str())
-        .fetch_one(&self.pool)
+        .fetch_one(&self.db)
         .await?;
         Ok(u64::try_from(live).unwrap_or(0) >= self.settings.max_silos_per_cluster)
     }
@@ -95,7 +95,7 @@ impl PostgresStore {
         .bind(Json(&record.profile))
         .bind(previous_count)
         .bind(record.protected_until_ms)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db)
         .await?;
         let Some(row) = written else {
             return Ok(None);
@@ -132,7 +132,7 @@ impl PostgresStore {
                 .bind(silo.as_str())
                 .bind(self.now())
                 .bind(address)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db)
                 .await?;
             let liveness = self.liveness_from_row(&row, reachable_for)?;
             let previous = match row.try_get::<Option<String>, _>("silo")? {
@@ -259,7 +259,7 @@ impl PostgresStore {
         .bind(&key_clusters)
         .bind(&key_silos)
         .bind(self.now())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await?;
         Ok(rows)
     }
@@ -369,7 +369,7 @@ impl PostgresStore {
         .bind(&columns.profiles)
         .bind(&columns.previous_counts)
         .bind(&columns.protected_until)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.db)
         .await;
         let written = match written {
             Err(error) if has_sqlstate(&error, DEADLOCK_DETECTED) => Vec::new(),
