@@ -163,6 +163,13 @@ pub trait Store:
         None
     }
 
+    /// How many outages this replica has seen its store go through (the memory store has none).
+    /// Caches of the store's answers are dropped when it moves: a failover may have lost what
+    /// they say.
+    fn outages_seen(&self) -> u64 {
+        0
+    }
+
     /// Succeeds when the store can serve requests: it is reached and (Postgres) commits a small
     /// write in time, so a read-only database or one whose commits hang is not ready.
     async fn ping(&self) -> Result<(), StoreError>;

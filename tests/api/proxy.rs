@@ -4,7 +4,7 @@
 //! to it fails, so the suite's other tests, which share the server, are unaffected.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -12,6 +12,8 @@ use tokio::sync::watch;
 pub struct FaultyLink {
     pub port: u16,
     down: Arc<AtomicBool>,
+    /// Where new connections go (host:port).
+    upstream: Arc<Mutex<String>>,
     /// Bumped on every cut; connections of an earlier generation end.
     generation: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
@@ -23,10 +25,12 @@ impl FaultyLink {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let down = Arc::new(AtomicBool::new(false));
+        let upstream = Arc::new(Mutex::new(upstream));
         let (generation, _) = watch::channel(0u64);
         let task = tokio::spawn({
             let down = down.clone();
             let generation = generation.clone();
+            let upstream = upstream.clone();
             async move {
                 let counter = AtomicU64::new(0);
                 while let Ok((client, _)) = listener.accept().await {
@@ -37,7 +41,7 @@ impl FaultyLink {
                     counter.fetch_add(1, Ordering::Relaxed);
                     let mut cut = generation.subscribe();
                     let born = *cut.borrow();
-                    let upstream = upstream.clone();
+                    let upstream = upstream.lock().unwrap().clone();
                     tokio::spawn(async move {
                         let Ok(server) = TcpStream::connect(&upstream).await else {
                             return;
@@ -54,6 +58,7 @@ impl FaultyLink {
         Self {
             port,
             down,
+            upstream,
             generation,
             task,
         }
@@ -68,6 +73,14 @@ impl FaultyLink {
     /// Drops every open connection once (a restart); new ones are accepted at once.
     pub fn reset(&self) {
         self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Sends new connections to `upstream` from now on and drops the open ones, as a service
+    /// address moved to another server does.
+    #[allow(dead_code)] // the runtime harness's failover test moves it
+    pub fn switch_to(&self, upstream: String) {
+        *self.upstream.lock().unwrap() = upstream;
+        self.reset();
     }
 
     /// Accepts connections again.

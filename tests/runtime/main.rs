@@ -6,7 +6,8 @@
 //! that records every activation's start and end and counts two hosts running one grain at once.
 //! [`faults`] holds one test per fault: Postgres stopped and crashed for three TTLs (on a server
 //! of the test's own, [`postgres_server`]), a silo cut off from the oracle, a replica killed and
-//! restarted, a host killed, a drain, and rebalancer sessions.
+//! restarted, a host killed, a drain, and rebalancer sessions; [`store_states`] a read-only
+//! database and hung commits; [`failover`] a promoted standby that lacks the log's tail.
 //!
 //! A binary of its own, apart from `tests/api`: its runs need both cores to keep their timing, so
 //! they go one at a time, and the other suite's tests do not share the machine with them.
@@ -14,6 +15,7 @@
 mod api;
 mod callers;
 mod cluster_run;
+mod failover;
 mod faults;
 mod host;
 mod oracle_process;

@@ -37,23 +37,7 @@ impl OwnPostgres {
     /// Creates a cluster in a new temporary folder and starts it. Panics with what is missing:
     /// these tests are never skipped.
     pub fn start() -> Self {
-        let bin = binaries();
-        let as_postgres = running_as_root();
-        let dir = std::env::temp_dir().join(format!(
-            "oracle-harness-pg-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("create the server's folder");
-        if as_postgres {
-            run(Command::new("chown").arg("postgres:postgres").arg(&dir));
-        }
-        let server = Self {
-            port: free_port(),
-            dir,
-            bin,
-            as_postgres,
-        };
+        let server = Self::new_folder();
         run(server.command("initdb").arg("-D").arg(server.data()).args([
             "-A",
             "trust",
@@ -63,6 +47,27 @@ impl OwnPostgres {
         ]));
         server.start_again();
         server
+    }
+
+    /// A streaming standby of `primary` (asynchronous), made with `pg_basebackup` and started.
+    pub fn standby_of(primary: &OwnPostgres) -> Self {
+        let server = Self::new_folder();
+        run(server
+            .command("pg_basebackup")
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-X", "stream", "-R", "--no-sync", "-D"])
+            .arg(server.data()));
+        server.start_again();
+        server
+    }
+
+    /// Promotes this standby and waits until it takes writes.
+    pub fn promote(&self) {
+        run(self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-t", "60", "promote"]));
     }
 
     /// The connection string of `database` on this server.
@@ -98,6 +103,27 @@ impl OwnPostgres {
             "60",
             "stop",
         ]));
+    }
+
+    /// A server not yet made: its folder (owned by the user the server runs as) and a port.
+    fn new_folder() -> Self {
+        let bin = binaries();
+        let as_postgres = running_as_root();
+        let dir = std::env::temp_dir().join(format!(
+            "oracle-harness-pg-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's folder");
+        if as_postgres {
+            run(Command::new("chown").arg("postgres:postgres").arg(&dir));
+        }
+        Self {
+            port: free_port(),
+            dir,
+            bin,
+            as_postgres,
+        }
     }
 
     fn data(&self) -> PathBuf {

@@ -11,13 +11,16 @@
 //! - an answer naming the requesting silo itself is never served from here (a silo asking where
 //!   its own grain lives evidently does not run it: the store is asked);
 //! - this replica's own deactivations and completed migrations forget the grain at once, and its
-//!   lookups (`GET …/activations/{grain}`, always read from the store) refresh it.
+//!   lookups (`GET …/activations/{grain}`, always read from the store) refresh it;
+//! - everything is forgotten when the store had an outage since (an era ends): what ended it may
+//!   have been a failover that lost the registrations the cache still holds.
 //!
 //! Bounded: at most `capacity` entries; a full shard first drops expired entries, then arbitrary
 //! ones.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -61,6 +64,8 @@ pub struct DirectoryCache {
     settings: CacheSettings,
     hasher: std::collections::hash_map::RandomState,
     shards: Vec<Mutex<(Shard, usize)>>,
+    /// The store outages seen when the entries were kept (see [`Self::enter_era`]).
+    era: AtomicU64,
 }
 
 impl DirectoryCache {
@@ -69,7 +74,23 @@ impl DirectoryCache {
             settings,
             hasher: Default::default(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            era: AtomicU64::new(0),
         }
+    }
+
+    /// Forgets every entry when `outages_seen` (the store's count of outages this replica saw)
+    /// moved since the entries were kept. Cheap when it did not: one atomic read.
+    pub fn enter_era(&self, outages_seen: u64) {
+        if self.era.load(Ordering::Acquire) == outages_seen {
+            return;
+        }
+        for shard in &self.shards {
+            let mut guard = shard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *guard = (Shard::new(), 0);
+        }
+        self.era.store(outages_seen, Ordering::Release);
     }
 
     pub fn enabled(&self) -> bool {
@@ -312,6 +333,27 @@ mod tests {
         assert!(
             cache.get("c", &newest).is_some(),
             "the newest entry is kept"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_answer_is_forgotten_once_the_store_had_an_outage() {
+        let cache = DirectoryCache::new(CacheSettings {
+            ttl: Duration::from_secs(10),
+            capacity: 100,
+        });
+        cache.put("c", &activation("user/a", 1));
+        cache.enter_era(0);
+        assert_eq!(cache.get("c", "user/a").map(|a| a.epoch), Some(1));
+        cache.enter_era(1);
+        assert_eq!(cache.get("c", "user/a"), None, "kept before the outage");
+        assert_eq!(cache.len(), 0);
+        cache.put("c", &activation("user/a", 2));
+        cache.enter_era(1);
+        assert_eq!(
+            cache.get("c", "user/a").map(|a| a.epoch),
+            Some(2),
+            "kept since"
         );
     }
 

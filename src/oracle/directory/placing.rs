@@ -184,6 +184,7 @@ impl Directory {
 
     /// Step 1: grains this replica answered for lately, on silos still alive, need no store call.
     fn answer_from_cache(&self, cluster: &ClusterName, view: &ClusterView, items: &mut [Item<'_>]) {
+        self.cache.enter_era(self.store.outages_seen());
         for item in items.iter_mut().filter(|i| i.strategy.registers()) {
             match self.cached_answer(cluster, view, item.request) {
                 Some(activation) => {

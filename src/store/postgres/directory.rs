@@ -218,7 +218,7 @@ impl PostgresStore {
              ),
              inserted AS (
                 INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
-                SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'),
+                SELECT $1, n.grain, n.silo, n.strategy, oracle_next_epoch(),
                        COALESCE($5::int8, oracle_now_ms())
                 FROM missing n
                 JOIN chosen s ON s.silo = n.silo
@@ -409,7 +409,7 @@ impl PostgresStore {
         let rows = sqlx::query(
             "WITH inserted AS (
                 INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
-                SELECT $1, n.grain, n.silo, n.strategy, nextval('activation_epochs'),
+                SELECT $1, n.grain, n.silo, n.strategy, oracle_next_epoch(),
                        COALESCE($5::int8, oracle_now_ms())
                 FROM clusters c
                 CROSS JOIN UNNEST($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(grain, silo, strategy, position)

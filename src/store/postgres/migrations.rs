@@ -178,7 +178,7 @@ impl PostgresStore {
         }
         let epoch: i64 = sqlx::query_scalar(
             "UPDATE activations
-             SET silo = $3, epoch = nextval('activation_epochs'), created_ms = $4, strategy = $5
+             SET silo = $3, epoch = oracle_next_epoch(), created_ms = $4, strategy = $5
              WHERE cluster = $1 AND grain = $2 RETURNING epoch",
         )
         .bind(cluster.as_str())

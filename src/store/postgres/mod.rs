@@ -423,4 +423,8 @@ impl Store for PostgresStore {
     async fn stats(&self) -> Result<StoreStats, StoreError> {
         self.guard(self.try_stats()).await
     }
+
+    fn outages_seen(&self) -> u64 {
+        self.health.outages_seen()
+    }
 }
