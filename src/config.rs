@@ -14,6 +14,7 @@ use crate::rate_limit::Rates;
 use crate::secret::Secret;
 use crate::store::postgres::Pooling;
 use crate::telemetry::LogFormat;
+use crate::tls::TlsFiles;
 use crate::validation::Bound;
 
 /// The placement oracle: where grains should live, which should move, which node a client should use.
@@ -267,6 +268,23 @@ pub struct Config {
     #[arg(long, env = "ORACLE_ADMIN_TOKEN_FILE", global = true)]
     pub admin_token_file: Option<PathBuf>,
 
+    /// A PEM certificate chain: with ORACLE_TLS_KEY_FILE, the API is served over TLS (https).
+    #[arg(long, env = "ORACLE_TLS_CERT_FILE", global = true)]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of ORACLE_TLS_CERT_FILE's certificate.
+    #[arg(long, env = "ORACLE_TLS_KEY_FILE", global = true)]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// How often (ms) the TLS files are checked for a renewed certificate, served once it loads.
+    #[arg(
+        long,
+        env = "ORACLE_TLS_RELOAD_CHECK_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub tls_reload_check_ms: u64,
+
     /// The secret cluster keys are hashed under; unset means one derived from the admin token.
     /// Set it (the same on every replica) to rotate the admin token without invalidating keys.
     #[arg(
@@ -481,6 +499,14 @@ impl Config {
             }
         }
         check(
+            self.tls_cert_file.is_some() == self.tls_key_file.is_some(),
+            "ORACLE_TLS_CERT_FILE and ORACLE_TLS_KEY_FILE go together: set both, or neither",
+        );
+        check(
+            (100..=3_600_000).contains(&self.tls_reload_check_ms),
+            "ORACLE_TLS_RELOAD_CHECK_MS must be 100 to 3600000",
+        );
+        check(
             self.migration_database_url.is_none() || self.database_url.is_some(),
             "ORACLE_MIGRATION_DATABASE_URL is set but DATABASE_URL is not: the embedded store has \
              no schema to migrate",
@@ -609,6 +635,15 @@ impl Config {
         self.database_url.as_deref().map(redact_url)
     }
 
+    /// The TLS files, when the API is served over TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            certificate: self.tls_cert_file.clone()?,
+            key: self.tls_key_file.clone()?,
+            check_every: Duration::from_millis(self.tls_reload_check_ms),
+        })
+    }
+
     /// How DATABASE_URL's connections reach Postgres sessions.
     pub fn db_pooling(&self) -> Pooling {
         if self.db_transaction_pooling {
@@ -642,6 +677,9 @@ impl fmt::Debug for Config {
                 &self.migration_database_url.as_deref().map(redact_url),
             )
             .field("migrate_on_start", &self.migrate_on_start)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
+            .field("tls_reload_check_ms", &self.tls_reload_check_ms)
             .field("silo_ttl_ms", &self.silo_ttl_ms)
             .field("db_pool_size", &self.db_pool_size)
             .field("db_transaction_pooling", &self.db_transaction_pooling)

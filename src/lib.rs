@@ -48,6 +48,7 @@ pub mod repartitioner;
 pub mod secret;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod validation;
 
 use std::future::Future;
@@ -249,10 +250,24 @@ pub async fn serve(
             "open mode: no credential is asked for (set ORACLE_ADMIN_TOKEN to require keys)"
         );
     }
-    tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
-    let served = axum::serve(listener, app(state, limits))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let router = app(state, limits);
+    let served = match config.tls_files() {
+        Some(files) => match tls::TlsListener::new(listener, files) {
+            Ok(listener) => {
+                tracing::info!(%address, "serving over TLS; Swagger UI at https://{address}/swagger-ui/");
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            Err(problem) => Err(std::io::Error::other(format!("TLS: {problem}"))),
+        },
+        None => {
+            tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    };
     // Stopped whether serving ended by the signal or by an error; then the cluster leases go, so
     // another replica carries on at once.
     background.stop().await;

@@ -8,7 +8,7 @@
 //! the fences on the `webhook` strategy's outbound calls (allowed hosts, redirects, answer size);
 //! `limits` covers load shedding and per-cluster rate limits; `views` what operators' tools read
 //! (the clusters list, distributions, placement previews, the live page); `leases` the silo lease
-//! and the rule that counts no silence a replica could not see; `pgbouncer` the oracle behind a real PgBouncer; `layout` the shape of the code
+//! and the rule that counts no silence a replica could not see; `pgbouncer` the oracle behind a real PgBouncer; `tls` the listener's TLS and certificate reload; `layout` the shape of the code
 //! (layers, no import circle, sizes) and that the docs' map and paths are true. The runtime's side of those rules,
 //! under real faults, is a binary of its own: `tests/runtime/`.
 
@@ -52,5 +52,6 @@ mod single_activation;
 mod store_parts;
 mod store_suite;
 mod strategies;
+mod tls;
 mod views;
 mod webhooks;

@@ -31,7 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("store", &["store"]),
     ("use cases", &["oracle"]),
-    ("shell", &["background", "dns", "http"]),
+    ("shell", &["background", "dns", "http", "tls"]),
     ("configuration", &["config"]),
 ];
 
