@@ -70,6 +70,8 @@ pub mod metric {
     pub const HTTP_DURATION: &str = "oracle_http_request_duration_seconds";
     pub const BUILD_INFO: &str = "oracle_build_info";
     pub const STORE_POOL: &str = "oracle_store_pool_connections";
+    pub const STORE_POOL_WAITERS: &str = "oracle_store_pool_waiters";
+    pub const STORE_POOL_WAIT: &str = "oracle_store_pool_wait_seconds";
     pub const STORE_CALL_DURATION: &str = "oracle_store_call_duration_seconds";
     pub const STORE_CIRCUIT_OPEN: &str = "oracle_store_circuit_open";
     pub const OPEN_MIGRATIONS: &str = "oracle_open_migrations";
@@ -136,6 +138,8 @@ pub mod metric {
         (LEASES_LAPSED, false),
         (BUILD_INFO, false),
         (STORE_POOL, false),
+        (STORE_POOL_WAITERS, false),
+        (STORE_POOL_WAIT, true),
         (STORE_CALL_DURATION, true),
         (STORE_CIRCUIT_OPEN, false),
         (OPEN_MIGRATIONS, false),
@@ -262,6 +266,15 @@ pub mod metric {
         describe_gauge!(
             STORE_POOL,
             "This replica's Postgres connections by state (in_use, idle) and the pool's size (max), as of the last gauge refresh (every 5 s)"
+        );
+        describe_gauge!(
+            STORE_POOL_WAITERS,
+            "Store calls on this replica waiting for a Postgres connection now"
+        );
+        describe_histogram!(
+            STORE_POOL_WAIT,
+            Unit::Seconds,
+            "How long each store call waited for a Postgres connection"
         );
         describe_histogram!(
             STORE_CALL_DURATION,
@@ -438,6 +451,29 @@ pub mod metric {
             gauge!(STORE_POOL, "state" => "idle").set(f64::from(pool.idle));
             gauge!(STORE_POOL, "state" => "max").set(f64::from(pool.max));
         }
+    }
+
+    /// A store call waiting for a Postgres connection: counted in `oracle_store_pool_waiters`
+    /// while it lives.
+    pub struct PoolWaiter(());
+
+    impl PoolWaiter {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            gauge!(STORE_POOL_WAITERS).increment(1.0);
+            Self(())
+        }
+    }
+
+    impl Drop for PoolWaiter {
+        fn drop(&mut self) {
+            gauge!(STORE_POOL_WAITERS).decrement(1.0);
+        }
+    }
+
+    /// How long a store call waited for a Postgres connection.
+    pub fn pool_wait(took: std::time::Duration) {
+        metrics::histogram!(STORE_POOL_WAIT).record(took.as_secs_f64());
     }
 
     pub fn store_call(took: std::time::Duration) {

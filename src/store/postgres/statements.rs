@@ -11,14 +11,19 @@
 //! free to switch sessions): four round trips instead of one, measured in `bench/pgbouncer.sh`.
 //!
 //! [`Db`] and [`Tx`] are the store's executors; every statement goes through one of them, so the
-//! choice is made here once and not at each of the store's statements.
+//! choice is made here once and not at each of the store's statements. They also count the calls
+//! waiting for a connection (`oracle_store_pool_waiters`) and how long each waited.
 
 use std::fmt;
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, Transaction};
+
+use crate::telemetry::metric;
 
 /// How the database URL's connections reach Postgres sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,10 +61,40 @@ impl Db {
 
     /// Begins a transaction whose statements are prepared as [`Pooling`] allows.
     pub async fn begin(&self) -> Result<Tx, sqlx::Error> {
+        let connection = self.acquire().await?;
         Ok(Tx {
-            inner: self.pool.begin().await?,
+            // What `PgPool::begin` does, on a connection whose wait was counted.
+            inner: Transaction::begin(connection, None).await?,
             pooling: self.pooling,
         })
+    }
+
+    /// A connection of the pool, the wait for it counted.
+    async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        let waiting = metric::PoolWaiter::new();
+        let started = Instant::now();
+        let connection = self.pool.acquire().await;
+        drop(waiting);
+        metric::pool_wait(started.elapsed());
+        connection
+    }
+
+    /// Runs `query` (unnamed inside a transaction of its own, behind a transaction pooler) and
+    /// collects what it returned: the store's statements return a few rows at most.
+    async fn run<'q, E: 'q + Execute<'q, Postgres>>(
+        &self,
+        query: E,
+    ) -> Result<Results, sqlx::Error> {
+        let mut connection = self.acquire().await?;
+        match self.pooling {
+            Pooling::Session => connection.fetch_many(query).try_collect().await,
+            Pooling::Transaction => {
+                let mut tx = Transaction::begin(connection, None).await?;
+                let results: Results = tx.fetch_many(Unnamed(query)).try_collect().await?;
+                tx.commit().await?;
+                Ok(results)
+            }
+        }
     }
 }
 
@@ -112,17 +147,6 @@ impl<'q, E: Execute<'q, Postgres>> Execute<'q, Postgres> for Unnamed<E> {
 
 type Results = Vec<Either<PgQueryResult, PgRow>>;
 
-/// Runs `query` unnamed inside a transaction of its own, and collects what it returned.
-async fn in_own_transaction<'q, E: 'q + Execute<'q, Postgres>>(
-    pool: &PgPool,
-    query: E,
-) -> Result<Results, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let results: Results = (&mut tx).fetch_many(Unnamed(query)).try_collect().await?;
-    tx.commit().await?;
-    Ok(results)
-}
-
 impl<'c> Executor<'c> for &'c Db {
     type Database = Postgres;
 
@@ -134,17 +158,14 @@ impl<'c> Executor<'c> for &'c Db {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        match self.pooling {
-            Pooling::Session => self.pool.fetch_many(query),
-            Pooling::Transaction => stream::once(in_own_transaction(&self.pool, query))
-                .flat_map(|outcome| {
-                    stream::iter(match outcome {
-                        Ok(results) => results.into_iter().map(Ok).collect(),
-                        Err(error) => vec![Err(error)],
-                    })
+        stream::once(self.run(query))
+            .flat_map(|outcome| {
+                stream::iter(match outcome {
+                    Ok(results) => results.into_iter().map(Ok).collect(),
+                    Err(error) => vec![Err(error)],
                 })
-                .boxed(),
-        }
+            })
+            .boxed()
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -155,13 +176,15 @@ impl<'c> Executor<'c> for &'c Db {
         'c: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        match self.pooling {
-            Pooling::Session => self.pool.fetch_optional(query),
-            Pooling::Transaction => Box::pin(async move {
-                let results = in_own_transaction(&self.pool, query).await?;
-                Ok(results.into_iter().find_map(|r| r.right()))
-            }),
-        }
+        Box::pin(async move {
+            match self.pooling {
+                Pooling::Session => self.acquire().await?.fetch_optional(query).await,
+                Pooling::Transaction => {
+                    let results = self.run(query).await?;
+                    Ok(results.into_iter().find_map(|r| r.right()))
+                }
+            }
+        })
     }
 
     fn prepare_with<'e, 'q: 'e>(
