@@ -23,8 +23,10 @@ CREATE FUNCTION oracle_wal_timeline() RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$ SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint $$;
 
--- The next epoch. The sequence moves forward only, under a transaction lock, and no draw on a
--- new timeline happens before it moved (every draw checks first, and waits for the lock).
+-- The next epoch. The sequence moves forward only (`setval` only to a floor above where it stands),
+-- under a transaction lock, and no draw on a new timeline happens before it moved (every draw
+-- checks first, and waits for the lock). `ON CONFLICT`: under repeatable read the re-check cannot
+-- see a row committed after the transaction's snapshot.
 CREATE FUNCTION oracle_next_epoch() RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -37,11 +39,13 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM epoch_timelines WHERE timeline = current_timeline) THEN
             floor_epoch := (floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
                             - 1577836800000) * 1000;
-            PERFORM setval('activation_epochs',
-                           GREATEST(floor_epoch, (SELECT last_value FROM activation_epochs)));
+            IF floor_epoch > (SELECT last_value FROM activation_epochs) THEN
+                PERFORM setval('activation_epochs', floor_epoch);
+            END IF;
             INSERT INTO epoch_timelines (timeline, floor_epoch, floored_ms)
             VALUES (current_timeline, floor_epoch,
-                    floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+                    floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+            ON CONFLICT (timeline) DO NOTHING;
         END IF;
     END IF;
     RETURN nextval('activation_epochs');

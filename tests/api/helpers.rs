@@ -224,8 +224,8 @@ impl TestDatabase {
     }
 
     /// A pool of `pool_size` connections, through the PgBouncer if there is one (sending no
-    /// startup parameter it refuses, and keeping no statement on a connection, as the store's
-    /// own connect does there).
+    /// startup parameter it refuses and caching no statement, as the store's own connect does
+    /// there; only the store's executor runs statements on it, unnamed).
     async fn pool(&self, pool_size: u32) -> sqlx::PgPool {
         let options = match &self.bouncer {
             None => PgConnectOptions::from_str(&self.url()).unwrap(),

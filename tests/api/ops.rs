@@ -191,35 +191,3 @@ async fn a_request_past_the_timeout_gets_a_503_problem() {
         "answered at the timeout, not after the endpoint"
     );
 }
-
-/// A call that finds every connection busy is counted as a waiter while it waits, and its wait
-/// is recorded when it gets one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_waiting_for_a_connection_are_counted_live() {
-    let database = TestDatabase::create().await;
-    let clock = ManualClock::starting_at(START_MS);
-    let store = database.store(1, &clock).await;
-    let only = store.pool().acquire().await.unwrap();
-    let app = TestApp::builder(Backend::Postgres)
-        .on(store, &database)
-        .clock(clock)
-        .build()
-        .await;
-    let waits_before = app.metric("oracle_store_pool_wait_seconds_count").await;
-    let waiting = tokio::spawn({
-        let app = app.clone();
-        async move { app.try_heartbeat("10.0.0.1:11111@1", json!({})).await }
-    });
-    let started = std::time::Instant::now();
-    while app.metric("oracle_store_pool_waiters").await < 1.0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the waiting heartbeat was never counted"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    drop(only);
-    let answered = waiting.await.unwrap();
-    assert_eq!(answered.status, StatusCode::OK, "{}", answered.body);
-    assert!(app.metric("oracle_store_pool_wait_seconds_count").await > waits_before);
-}

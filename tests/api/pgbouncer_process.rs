@@ -44,8 +44,9 @@ impl PgBouncer {
                 "[databases]\n* = host={host} port={server_port}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
-                 default_pool_size = {server_connections}\n\
+                 default_pool_size = {server_connections}\n{prepared}\
                  logfile = {log}\npidfile = {pid}\n",
+                prepared = without_prepared_statements(&binary),
                 users = dir.join("users.txt").display(),
                 log = dir.join("pgbouncer.log").display(),
                 pid = dir.join("pgbouncer.pid").display(),
@@ -95,6 +96,26 @@ impl PgBouncer {
     /// What it logged so far (for a failing test's message).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+/// PgBouncer 1.21 and later can carry named statements across sessions (`max_prepared_statements`,
+/// on by default in newer versions): turned off, so that the tests see what a pooler without it
+/// does to a client that names statements (Debian 12's 1.18 has no such setting).
+fn without_prepared_statements(binary: &std::path::Path) -> &'static str {
+    let out = Command::new(binary).arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version: Vec<u32> = text
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .split('.')
+        .filter_map(|part| part.parse().ok())
+        .collect();
+    if version.as_slice() >= [1, 21].as_slice() {
+        "max_prepared_statements = 0\n"
+    } else {
+        ""
     }
 }
 

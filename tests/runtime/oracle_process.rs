@@ -14,6 +14,8 @@ const CLUSTER_LEASE_TTL_MS: u64 = 2_000;
 pub struct OracleProcess {
     pub name: String,
     database_url: String,
+    /// Settings beyond the harness's own.
+    extra_env: Vec<(String, String)>,
     pub port: u16,
     log: PathBuf,
     child: Option<Child>,
@@ -22,6 +24,11 @@ pub struct OracleProcess {
 impl OracleProcess {
     /// Starts replica `name` on `database_url` and waits until it is ready.
     pub async fn start(name: &str, database_url: &str) -> Self {
+        Self::start_with(name, database_url, &[]).await
+    }
+
+    /// Starts replica `name` with `extra_env` set too, and waits until it is ready.
+    pub async fn start_with(name: &str, database_url: &str, extra_env: &[(&str, &str)]) -> Self {
         let log = std::env::temp_dir().join(format!(
             "oracle-harness-{}-{name}-{}.log",
             std::process::id(),
@@ -30,6 +37,10 @@ impl OracleProcess {
         let mut replica = Self {
             name: name.to_owned(),
             database_url: database_url.to_owned(),
+            extra_env: extra_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             port: super::postgres_server::free_port(),
             log,
             child: None,
@@ -59,6 +70,7 @@ impl OracleProcess {
             .env("ORACLE_LEASE_TTL_MS", CLUSTER_LEASE_TTL_MS.to_string())
             .env("ORACLE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -104,6 +104,76 @@ async fn commits_that_hang_make_the_oracle_unready_within_a_second() {
     assert!(noticed <= NOTICED_WITHIN, "noticed after {noticed:?}");
 }
 
+/// With every connection of its pool busy (one connection, held by the sweep, which waits for a
+/// table lock the test takes), a heartbeat waits for a connection: counted live in this process's
+/// `oracle_store_pool_waiters` while it waits, gone when it got one, its wait recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_waiting_for_a_connection_are_counted_while_they_wait() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = OwnPostgres::start();
+    let oracle = OracleProcess::start_with(
+        "waiters",
+        &server.url("postgres"),
+        &[
+            ("ORACLE_DB_POOL_SIZE", "1"),
+            ("ORACLE_DB_ACQUIRE_TIMEOUT_MS", "4000"),
+        ],
+    )
+    .await;
+    let api = Api::new("waiters");
+    assert!(heartbeat(&api, &oracle).await.ok().is_some());
+    let waits_before = metric(&oracle, "oracle_store_pool_wait_seconds_count").await;
+
+    let mut locker = PgConnection::connect(&server.url("postgres"))
+        .await
+        .unwrap();
+    locker.execute("BEGIN").await.unwrap();
+    locker
+        .execute("LOCK TABLE silos IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let (api, base) = (api.clone(), oracle.base());
+        async move {
+            api.post(&base, "/heartbeats", json!({"silo": SILO, "cpu_usage": 10}))
+                .await
+        }
+    });
+    let started = Instant::now();
+    while metric(&oracle, "oracle_store_pool_waiters").await < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "no call was counted waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    locker.execute("COMMIT").await.unwrap();
+    let answered = waiting.await.unwrap();
+    assert!(answered.ok().is_some(), "{}", answered.describe());
+    let started = Instant::now();
+    while metric(&oracle, "oracle_store_pool_waiters").await != 0.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a waiter stayed counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(metric(&oracle, "oracle_store_pool_wait_seconds_count").await > waits_before);
+}
+
+/// A series of the oracle process's `/metrics` (0 when absent).
+async fn metric(oracle: &OracleProcess, series: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", oracle.base()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// A server of the test's own with one oracle process on it, which a silo's heartbeat reached; the
 /// harness's lock is held meanwhile.
 async fn one_oracle_on_a_server_of_its_own(

@@ -130,7 +130,9 @@ impl PostgresStore {
         // instead, which also survives a pooler that drops startup options.
         let mut options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
         if pooling == Pooling::Transaction {
-            // No statement is kept on a connection whose next transaction may run elsewhere.
+            // Nothing cached on a connection whose next transaction may run elsewhere. (This alone
+            // does not stop sqlx naming a statement: the executor's `Unnamed` does, and anything
+            // that goes around the executor, like `pool()`, must not run statements there.)
             options = options.statement_cache_capacity(0);
         }
         let connections = Arc::new(ConnectionTrust::default());

@@ -187,6 +187,7 @@ impl<'c> Executor<'c> for &'c Db {
         })
     }
 
+    /// Named statements are what a transaction pooler cannot carry: refused there.
     fn prepare_with<'e, 'q: 'e>(
         self,
         sql: &'q str,
@@ -195,7 +196,10 @@ impl<'c> Executor<'c> for &'c Db {
     where
         'c: 'e,
     {
-        self.pool.prepare_with(sql, parameters)
+        match self.pooling {
+            Pooling::Session => self.pool.prepare_with(sql, parameters),
+            Pooling::Transaction => Box::pin(async { Err(named_statement_refused()) }),
+        }
     }
 
     fn describe<'e, 'q: 'e>(
@@ -205,8 +209,17 @@ impl<'c> Executor<'c> for &'c Db {
     where
         'c: 'e,
     {
-        self.pool.describe(sql)
+        match self.pooling {
+            Pooling::Session => self.pool.describe(sql),
+            Pooling::Transaction => Box::pin(async { Err(named_statement_refused()) }),
+        }
     }
+}
+
+fn named_statement_refused() -> sqlx::Error {
+    sqlx::Error::Configuration(
+        "no statement is prepared by name behind a transaction pooler".into(),
+    )
 }
 
 impl<'c> Executor<'c> for &'c mut Tx {
@@ -248,7 +261,10 @@ impl<'c> Executor<'c> for &'c mut Tx {
     where
         'c: 'e,
     {
-        (&mut *self.inner).prepare_with(sql, parameters)
+        match self.pooling {
+            Pooling::Session => (&mut *self.inner).prepare_with(sql, parameters),
+            Pooling::Transaction => Box::pin(async { Err(named_statement_refused()) }),
+        }
     }
 
     fn describe<'e, 'q: 'e>(
@@ -258,6 +274,9 @@ impl<'c> Executor<'c> for &'c mut Tx {
     where
         'c: 'e,
     {
-        (&mut *self.inner).describe(sql)
+        match self.pooling {
+            Pooling::Session => (&mut *self.inner).describe(sql),
+            Pooling::Transaction => Box::pin(async { Err(named_statement_refused()) }),
+        }
     }
 }
