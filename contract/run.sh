@@ -8,6 +8,8 @@
 #      again, briefly, against an open-mode oracle, whose served spec makes credentials optional.
 #   4. contract/tools.sh: the silo simulator (on the embedded default, then on two replicas), and the
 #      live page checked in headless Chromium while it runs.
+#   5. The Python SDK (sdk/python): installed, type-checked strictly, its unit tests, and its
+#      integration test (SDK silos against an oracle process of its own on database oracle_sdk).
 # Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
 # npm and Chromium; tools install at their pinned versions under contract/build/ (and
 # examples/simulator/build/). Usage: contract/run.sh
@@ -91,5 +93,12 @@ kill $OPEN_ORACLE
 
 step "Users' tools: the simulator (embedded, and two replicas) and the live page in headless Chromium"
 ORACLE_BINARY="$BINARY" ORACLE_DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" bash contract/tools.sh "$BASE_URL"
+
+step "The Python SDK (sdk/python): installed from its folder, mypy --strict, unit tests, and SDK silos against an oracle of their own on Postgres (oracle_sdk), stopped and started"
+contract/build/venv/bin/pip install --quiet --disable-pip-version-check --no-deps ./sdk/python
+contract/build/venv/bin/mypy --strict --cache-dir contract/build/mypy-cache sdk/python/placement_oracle_sdk sdk/python/tests
+psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk WITH (FORCE)" -c "CREATE DATABASE oracle_sdk"
+ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk" \
+  contract/build/venv/bin/python -m unittest discover -s sdk/python/tests -v
 
 step "Contract suite passed"

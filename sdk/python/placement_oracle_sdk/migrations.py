@@ -1,0 +1,87 @@
+"""Carrying out the migrations the oracle issues for a silo (rebalancer, repartitioner, drain).
+
+`poll_once` reads the silo's open migrations and hands each grain over through `hand_over` (state
+transfer is the runtime's: True when the target has the grain's state); then completes the
+migration (the target holds the registration under the epoch the completion returns, passed to
+`on_moved`) or fails it. Retries are safe: the oracle answers a repeated completion with its first
+answer, and one it ended otherwise (`migration-ended`, `migration-refused`, gone) is done with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Mapping
+
+from .client import OracleClient, OracleError
+from .silo import Silo
+
+log = logging.getLogger("placement_oracle_sdk")
+
+Migration = Mapping[str, Any]
+
+
+def _ignore(migration: Migration, epoch: int) -> None:
+    pass
+
+
+class MigrationWorker:
+    def __init__(
+        self,
+        client: OracleClient,
+        silo: Silo,
+        hand_over: Callable[[Migration], bool],
+        *,
+        on_moved: Callable[[Migration, int], None] = _ignore,
+        interval: float = 0.5,
+    ) -> None:
+        self.client, self.silo = client, silo
+        self.hand_over, self.on_moved = hand_over, on_moved
+        self.interval = interval
+        self.completed = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> int:
+        """Carries out every open migration of the silo; returns how many it ended."""
+        page = self.client.call("GET", "/migrations", params={"silo": self.silo.silo_id}).body
+        ended = 0
+        for migration in page["migrations"]:
+            if self._end(migration):
+                ended += 1
+        return ended
+
+    def _end(self, migration: Migration) -> bool:
+        moved = self.hand_over(migration)
+        verb = "complete" if moved else "fail"
+        try:
+            answer = self.client.call("POST", f"/migrations/{migration['id']}/{verb}", {})
+        except OracleError as error:
+            if error.problem in ("migration-ended", "migration-refused") or error.status == 404:
+                log.info("migration %s of %s: %s", migration["id"], migration["grain"], error.detail)
+                return True
+            raise
+        if moved:
+            self.completed += 1
+            self.on_moved(migration, int(answer.body["epoch"]))
+        else:
+            self.failed += 1
+        return True
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="migrations", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.poll_once()
+            except OracleError as error:
+                log.debug("polling migrations: %s", error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
