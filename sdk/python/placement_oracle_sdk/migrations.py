@@ -10,10 +10,10 @@ answer, and one it ended otherwise (`migration-ended`, `migration-refused`, gone
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Callable, Mapping
 
 from .client import OracleClient, OracleError
+from .periodic import Periodic
 from .silo import Silo
 
 log = logging.getLogger("placement_oracle_sdk")
@@ -25,7 +25,9 @@ def _ignore(migration: Migration, epoch: int) -> None:
     pass
 
 
-class MigrationWorker:
+class MigrationWorker(Periodic):
+    name = "migrations"
+
     def __init__(
         self,
         client: OracleClient,
@@ -40,8 +42,9 @@ class MigrationWorker:
         self.interval = interval
         self.completed = 0
         self.failed = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+    def tick(self) -> int:
+        return self.poll_once()
 
     def poll_once(self) -> int:
         """Carries out every open migration of the silo; returns how many it ended."""
@@ -68,20 +71,3 @@ class MigrationWorker:
         else:
             self.failed += 1
         return True
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="migrations", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.poll_once()
-            except OracleError as error:
-                log.debug("polling migrations: %s", error)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-import threading
-
 from .client import OracleClient, OracleError
 from .edges import EdgeCounter
+from .periodic import Periodic
 
-log = logging.getLogger("placement_oracle_sdk")
 
+class EdgeReporter(Periodic):
+    name = "edges"
 
-class EdgeReporter:
     def __init__(
         self, client: OracleClient, *, max_pairs: int = 100_000, interval: float = 5.0
     ) -> None:
@@ -19,11 +17,12 @@ class EdgeReporter:
         self.counter = EdgeCounter(max_pairs)
         self.interval = interval
         self.reported = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def record_call(self, from_grain: str, to_grain: str) -> None:
         self.counter.record(from_grain, to_grain)
+
+    def tick(self) -> int:
+        return self.report_once()
 
     def report_once(self) -> int:
         """Sends what was counted; a batch the oracle did not take is counted again."""
@@ -40,20 +39,3 @@ class EdgeReporter:
             sent += len(batch)
         self.reported += sent
         return sent
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="edges", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.report_once()
-            except OracleError as error:
-                log.debug("reporting edges: %s", error)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
