@@ -71,7 +71,7 @@ pub mod metric {
     pub const BUILD_INFO: &str = "oracle_build_info";
     pub const STORE_POOL: &str = "oracle_store_pool_connections";
     pub const STORE_POOL_WAITERS: &str = "oracle_store_pool_waiters";
-    pub const STORE_POOL_WAIT: &str = "oracle_store_pool_wait_seconds";
+    pub const STORE_POOL_WAIT: &str = "oracle_store_pool_wait_duration_seconds";
     pub const STORE_CALL_DURATION: &str = "oracle_store_call_duration_seconds";
     pub const STORE_CIRCUIT_OPEN: &str = "oracle_store_circuit_open";
     pub const OPEN_MIGRATIONS: &str = "oracle_open_migrations";

@@ -122,7 +122,7 @@ async fn calls_waiting_for_a_connection_are_counted_while_they_wait() {
     .await;
     let api = Api::new("waiters");
     assert!(heartbeat(&api, &oracle).await.ok().is_some());
-    let waits_before = metric(&oracle, "oracle_store_pool_wait_seconds_count").await;
+    let waits_before = metric(&oracle, "oracle_store_pool_wait_duration_seconds_count").await;
 
     let mut locker = PgConnection::connect(&server.url("postgres"))
         .await
@@ -158,7 +158,7 @@ async fn calls_waiting_for_a_connection_are_counted_while_they_wait() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(metric(&oracle, "oracle_store_pool_wait_seconds_count").await > waits_before);
+    assert!(metric(&oracle, "oracle_store_pool_wait_duration_seconds_count").await > waits_before);
 }
 
 /// A series of the oracle process's `/metrics` (0 when absent).
