@@ -512,9 +512,7 @@ impl Config {
              no schema to migrate",
         );
         check(
-            !(self.db_transaction_pooling
-                && self.migrate_on_start
-                && self.migration_database_url.is_none()),
+            !(self.migrate_on_start && self.migrations_go_through_a_transaction_pooler()),
             "ORACLE_DB_TRANSACTION_POOLING is on and `serve` would migrate through the pooler, \
              which cannot hold the migrator's session lock: set ORACLE_MIGRATION_DATABASE_URL to \
              a direct URL, or ORACLE_MIGRATE_ON_START=false and run `migrate` directly",
@@ -642,6 +640,12 @@ impl Config {
             key: self.tls_key_file.clone()?,
             check_every: Duration::from_millis(self.tls_reload_check_ms),
         })
+    }
+
+    /// Whether migrations would take DATABASE_URL through a transaction-mode pooler, which cannot
+    /// hold the migrator's session lock.
+    pub fn migrations_go_through_a_transaction_pooler(&self) -> bool {
+        self.db_transaction_pooling && self.migration_database_url.is_none()
     }
 
     /// How DATABASE_URL's connections reach Postgres sessions.

@@ -72,7 +72,7 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     let Some(url) = config.migration_url() else {
         anyhow::bail!("`migrate` needs DATABASE_URL: the embedded store has no schema to migrate");
     };
-    if config.db_transaction_pooling && config.migration_database_url.is_none() {
+    if config.migrations_go_through_a_transaction_pooler() {
         anyhow::bail!(
             "ORACLE_DB_TRANSACTION_POOLING is on: migrations need a direct connection to the \
              primary (the migrator holds a session lock), so set ORACLE_MIGRATION_DATABASE_URL"

@@ -42,10 +42,19 @@ impl TlsFiles {
     /// Reads and checks both files (a chain of at least one certificate, one private key that
     /// matches it).
     fn load(&self) -> Result<Loaded, String> {
+        self.read().and_then(|read| self.check(read))
+    }
+
+    /// Both files' bytes: the certificate chain's, then the key's.
+    fn read(&self) -> Result<(Vec<u8>, Vec<u8>), String> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
         };
-        let (certificate, key) = (read(&self.certificate)?, read(&self.key)?);
+        Ok((read(&self.certificate)?, read(&self.key)?))
+    }
+
+    /// The configuration made of the files' bytes, if they hold a chain and its key.
+    fn check(&self, (certificate, key): (Vec<u8>, Vec<u8>)) -> Result<Loaded, String> {
         let config = server_config(&certificate, &key).map_err(|e| {
             format!(
                 "{} and {}: {e}",
@@ -177,12 +186,14 @@ async fn reload_on_change(
             () = tokio::time::sleep(files.check_every) => {}
             () = sender.closed() => return,
         }
-        let unchanged = std::fs::read(&files.certificate).is_ok_and(|c| c == last.certificate)
-            && std::fs::read(&files.key).is_ok_and(|k| k == last.key);
-        if unchanged {
+        let read = files.read();
+        if read
+            .as_ref()
+            .is_ok_and(|(certificate, key)| *certificate == last.certificate && *key == last.key)
+        {
             continue;
         }
-        match files.load() {
+        match read.and_then(|read| files.check(read)) {
             Ok(loaded) => {
                 *current
                     .write()

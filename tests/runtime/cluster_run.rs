@@ -246,14 +246,15 @@ async fn replica_metrics(base: &str) -> Vec<(&'static str, f64)> {
     };
     WATCHED_METRICS
         .iter()
-        .map(|&name| {
-            let value = text
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-                .unwrap_or(0.0);
-            (name, value)
-        })
+        .map(|&name| (name, series_value(&text, name)))
         .collect()
+}
+
+/// The value of the unlabelled series `name` in a `/metrics` text (0 when absent).
+pub fn series_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 impl Report {

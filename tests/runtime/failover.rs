@@ -12,13 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::{Connection, PgConnection};
 
 use crate::api::{Api, Reply};
 use crate::faults::ONE_AT_A_TIME;
 use crate::oracle_process::OracleProcess;
 use crate::postgres_server::{OwnPostgres, StopMode};
 use crate::proxy::FaultyLink;
+use crate::store_states::configure;
 
 const SILOS: [&str; 3] = ["10.0.0.1:11111@1", "10.0.0.2:11111@1", "10.0.0.3:11111@1"];
 /// Grains placed per phase, in batches of 100.
@@ -44,8 +45,7 @@ async fn a_failover_that_loses_the_logs_tail_hands_out_no_epoch_again() {
     until_replayed(&primary, &standby).await;
 
     // The link fails first; the primary goes on acknowledging what the standby never gets.
-    execute(&standby, "ALTER SYSTEM SET primary_conninfo = ''").await;
-    execute(&standby, "SELECT pg_reload_conf()").await;
+    configure(&standby, "ALTER SYSTEM SET primary_conninfo = ''").await;
     until_no_standby_streams(&primary).await;
     let unreplicated = place_all(&api, &oracle, "tail").await;
 
@@ -216,12 +216,4 @@ where
         .unwrap();
     connection.close().await.unwrap();
     value
-}
-
-async fn execute(server: &OwnPostgres, statement: &str) {
-    let mut connection = PgConnection::connect(&server.url("postgres"))
-        .await
-        .unwrap();
-    connection.execute(statement).await.unwrap();
-    connection.close().await.unwrap();
 }

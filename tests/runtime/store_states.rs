@@ -169,9 +169,7 @@ async fn metric(oracle: &OracleProcess, series: &str) -> f64 {
         .text()
         .await
         .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    crate::cluster_run::series_value(&text, series)
 }
 
 /// A server of the test's own with one oracle process on it, which a silo's heartbeat reached; the
@@ -218,7 +216,7 @@ async fn unready_after(
 
 /// Runs `statement` (an `ALTER SYSTEM`) on the server and reloads its configuration. The session
 /// sets itself writable first, so that a server made read-only can be made writable again.
-async fn configure(server: &OwnPostgres, statement: &str) {
+pub async fn configure(server: &OwnPostgres, statement: &str) {
     let mut admin = PgConnection::connect(&server.url("postgres"))
         .await
         .expect("connect to the test's own server");

@@ -85,12 +85,11 @@ impl Db {
         &self,
         query: E,
     ) -> Result<Results, sqlx::Error> {
-        let mut connection = self.acquire().await?;
         match self.pooling {
-            Pooling::Session => connection.fetch_many(query).try_collect().await,
+            Pooling::Session => self.acquire().await?.fetch_many(query).try_collect().await,
             Pooling::Transaction => {
-                let mut tx = Transaction::begin(connection, None).await?;
-                let results: Results = tx.fetch_many(Unnamed(query)).try_collect().await?;
+                let mut tx = self.begin().await?;
+                let results: Results = (&mut tx).fetch_many(query).try_collect().await?;
                 tx.commit().await?;
                 Ok(results)
             }
