@@ -10,6 +10,8 @@
 #      live page checked in headless Chromium while it runs.
 #   5. The Python SDK (sdk/python): installed, type-checked strictly, its unit tests, and its
 #      integration test (SDK silos against an oracle process of its own on database oracle_sdk).
+#   6. The TypeScript SDK (sdk/typescript): npm ci, tsc strict, its unit tests, and its integration
+#      test (SDK silos against an oracle process of its own on database oracle_sdk_ts).
 # Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
 # npm and Chromium; tools install at their pinned versions under contract/build/ (and
 # examples/simulator/build/). Usage: contract/run.sh
@@ -100,5 +102,13 @@ contract/build/venv/bin/mypy --strict --cache-dir contract/build/mypy-cache sdk/
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk WITH (FORCE)" -c "CREATE DATABASE oracle_sdk"
 ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk" \
   contract/build/venv/bin/python -m unittest discover -s sdk/python/tests -v
+
+step "The TypeScript SDK (sdk/typescript): npm ci, tsc strict, unit tests, and SDK silos against an oracle of their own on Postgres (oracle_sdk_ts), stopped and started"
+npm --prefix sdk/typescript ci --no-audit --no-fund --loglevel=error
+npm --prefix sdk/typescript run --silent build
+npm --prefix sdk/typescript test
+psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk_ts WITH (FORCE)" -c "CREATE DATABASE oracle_sdk_ts"
+ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk_ts" \
+  npm --prefix sdk/typescript run test:integration
 
 step "Contract suite passed"

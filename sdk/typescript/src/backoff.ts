@@ -1,0 +1,75 @@
+/**
+ * How long to wait before trying again: what `Retry-After` says, else exponential with jitter.
+ *
+ * The oracle sends `Retry-After` with 429 (a rate limit: it knows when the next token comes) and
+ * 503 (load shed, or the store unreachable); it knows better than a client's guess, so it wins.
+ * Otherwise delays double from `baseMs` up to `capMs`, each drawn at random between half the
+ * ceiling and the ceiling, so that silos that failed together do not retry together.
+ */
+
+/** A source of numbers in [0, 1), like `Math.random`. */
+export type Random = () => number;
+
+/**
+ * A small seeded generator (mulberry32), so that tests get one sequence per seed. Not for
+ * anything secret.
+ */
+export function seededRandom(seed: number): Random {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface BackoffOptions {
+  /** The first ceiling, ms (50 by default). */
+  baseMs?: number;
+  /** The largest ceiling, ms (2000 by default); a `Retry-After` is held to 30 times it. */
+  capMs?: number;
+  rng?: Random;
+}
+
+export class Backoff {
+  readonly baseMs: number;
+  readonly capMs: number;
+  private readonly rng: Random;
+  /** Attempts since the last `reset()`. */
+  attempt = 0;
+
+  constructor(options: BackoffOptions = {}) {
+    this.baseMs = options.baseMs ?? 50;
+    this.capMs = options.capMs ?? 2_000;
+    this.rng = options.rng ?? Math.random;
+  }
+
+  /** The wait before the next attempt, ms; `retryAfter` is the oracle's, in seconds. */
+  nextDelay(retryAfter?: number | null): number {
+    this.attempt += 1;
+    if (retryAfter !== undefined && retryAfter !== null) {
+      return Math.min(Math.max(retryAfter * 1000, 0), this.capMs * 30);
+    }
+    const ceiling = Math.min(this.capMs, this.baseMs * 2 ** Math.min(this.attempt - 1, 30));
+    return ceiling / 2 + this.rng() * (ceiling / 2);
+  }
+
+  /** After a success: the next failure starts from `baseMs` again. */
+  reset(): void {
+    this.attempt = 0;
+  }
+}
+
+/**
+ * Seconds from a `Retry-After` header (the oracle sends whole seconds); null when absent or not a
+ * number (an HTTP date is not something the oracle sends).
+ */
+export function parseRetryAfter(value: string | null | undefined): number | null {
+  if (value === null || value === undefined || value.trim() === "") {
+    return null;
+  }
+  const seconds = Number(value);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds : null;
+}

@@ -1,0 +1,129 @@
+/**
+ * The HTTP side: one cluster's routes on any of the oracle's replicas, with a cluster key.
+ *
+ * The oracle's replicas are interchangeable (state lives in Postgres), so a replica that does not
+ * answer, or answers 503 (load shed, or its store unreachable), is left for the next one at once;
+ * what the last one said is what the caller gets. The replica that answered is asked first next
+ * time, so a healthy cluster talks to one replica and a failed one costs one attempt per call.
+ */
+
+import { OracleError, problemOf } from "./errors.js";
+import { consoleLogger, type Logger } from "./logger.js";
+
+/** The part of `fetch` the client uses; inject one to test without a network. */
+export type Fetch = (url: string, init: RequestInit) => Promise<Response>;
+
+export interface OracleClientOptions {
+  /** A cluster key (or the admin token), sent as `Authorization: Bearer …`. */
+  key?: string;
+  /** Per attempt, ms (2000 by default): a replica slower than this counts as unreachable. */
+  timeoutMs?: number;
+  fetch?: Fetch;
+  logger?: Logger;
+}
+
+/** A successful answer: the status and the parsed JSON body (null when there is none). */
+export interface Answer<T> {
+  status: number;
+  body: T;
+}
+
+export type Params = Record<string, string | number | boolean>;
+
+export interface CallOptions {
+  /** Sent as JSON; absent means no body. */
+  body?: unknown;
+  params?: Params;
+  /** Sent with this request only (e.g. `if-match` on `PUT …/policy`). */
+  headers?: Record<string, string>;
+}
+
+export class OracleClient {
+  readonly urls: readonly string[];
+  readonly cluster: string;
+  readonly timeoutMs: number;
+  readonly logger: Logger;
+  private readonly headers: Record<string, string>;
+  private readonly fetch: Fetch;
+  private preferred = 0;
+
+  constructor(urls: string | readonly string[], cluster: string, options: OracleClientOptions = {}) {
+    const list = typeof urls === "string" ? [urls] : [...urls];
+    if (list.length === 0) {
+      throw new RangeError("at least one oracle URL");
+    }
+    this.urls = list.map((url) => url.replace(/\/+$/, ""));
+    this.cluster = cluster;
+    this.timeoutMs = options.timeoutMs ?? 2_000;
+    this.logger = options.logger ?? consoleLogger;
+    this.headers = { accept: "application/json, application/problem+json" };
+    if (options.key) {
+      this.headers["authorization"] = `Bearer ${options.key}`;
+    }
+    this.fetch = options.fetch ?? ((url, init) => globalThis.fetch(url, init));
+  }
+
+  /** The cluster's path for `rest` (which starts with `/` and is already percent-encoded). */
+  path(rest: string): string {
+    return `/v1/clusters/${encodeURIComponent(this.cluster)}${rest}`;
+  }
+
+  /**
+   * Sends to the preferred replica, then to each other one while they fail; throws `OracleError`
+   * for a problem, or (status 0) when none answers. Any route of the cluster can be reached this
+   * way, with the same failover and problems.
+   */
+  async call<T = unknown>(method: string, rest: string, options: CallOptions = {}): Promise<Answer<T>> {
+    const query = options.params ? `?${new URLSearchParams(stringify(options.params))}` : "";
+    const headers: Record<string, string> = { ...this.headers, ...options.headers };
+    const init: RequestInit = { method, headers };
+    if (options.body !== undefined) {
+      init.body = JSON.stringify(options.body);
+      headers["content-type"] = "application/json";
+    }
+    let failure: OracleError | undefined;
+    for (let turn = 0; turn < this.urls.length; turn++) {
+      const index = (this.preferred + turn) % this.urls.length;
+      const url = `${this.urls[index]}${this.path(rest)}${query}`;
+      let response: Response;
+      let text: string;
+      try {
+        response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(this.timeoutMs) });
+        if (response.status === 503 && turn + 1 < this.urls.length) {
+          failure = await problemOf(response);
+          this.logger.debug(`oracle ${this.urls[index]} answered 503 (${failure.problem})`);
+          continue;
+        }
+        this.preferred = index;
+        if (response.status >= 400) {
+          throw await problemOf(response);
+        }
+        text = await response.text();
+      } catch (error) {
+        if (error instanceof OracleError) {
+          throw error;
+        }
+        this.logger.debug(`oracle ${this.urls[index]} unreachable: ${String(error)}`);
+        failure = new OracleError(0, "unreachable", String(error));
+        continue;
+      }
+      return { status: response.status, body: parse<T>(response.status, text) };
+    }
+    throw failure ?? new OracleError(0, "unreachable", "no oracle URL answered");
+  }
+}
+
+function stringify(params: Params): Record<string, string> {
+  return Object.fromEntries(Object.entries(params).map(([name, value]) => [name, String(value)]));
+}
+
+function parse<T>(status: number, text: string): T {
+  if (text === "") {
+    return null as T;
+  }
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    throw new OracleError(status, "invalid-response", `not JSON: ${text.slice(0, 200)}`);
+  }
+}
