@@ -24,11 +24,13 @@ ENV SQLX_OFFLINE=true \
     CARGO_TERM_COLOR=never
 
 # 1. Dependency layer: build all dependencies against a dummy main so this
-#    layer is reused as long as Cargo.toml / Cargo.lock (and the benches) do
-#    not change. Cargo loads every target the manifest declares, so the
+#    layer is reused as long as Cargo.toml / Cargo.lock (the benches and the
+#    SDK) do not change. Cargo loads every target the manifest declares, so the
 #    [[bench]] files must be here already (tests/api/packaging.rs checks it).
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
+# The workspace's other members (the Rust SDK): cargo loads every member's manifest and targets.
+COPY sdk/rust ./sdk/rust
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && cargo build --release --locked \

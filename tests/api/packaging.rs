@@ -31,6 +31,23 @@ fn declared_target_folders(manifest: &str) -> Vec<String> {
     folders
 }
 
+/// The workspace's members other than the root package (`members = [".", "sdk/rust"]`).
+fn workspace_members(manifest: &str) -> Vec<String> {
+    let Some(list) = manifest
+        .lines()
+        .map(str::trim)
+        .find_map(|line| line.strip_prefix("members"))
+    else {
+        return Vec::new();
+    };
+    list.trim_start_matches([' ', '=', '['])
+        .trim_end_matches(']')
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty() && m != ".")
+        .collect()
+}
+
 /// What each `COPY` line copies (sources only), in order, up to the first `cargo build`.
 fn copied_before_first_build(dockerfile: &str) -> Vec<String> {
     let mut copied = Vec::new();
@@ -72,6 +89,13 @@ fn the_image_build_context_has_every_target_the_manifest_declares() {
                  {folder}/: COPY {folder} before it (copied before it: {early:?})"
             );
         }
+    }
+    for member in workspace_members(&manifest) {
+        assert!(
+            early.contains(&member),
+            "the Dockerfile's first `cargo build` loads every workspace member: COPY {member} \
+             before it (copied before it: {early:?})"
+        );
     }
     for needed in ["src", "migrations", "openapi"] {
         assert!(
