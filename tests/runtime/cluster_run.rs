@@ -177,22 +177,22 @@ impl Run {
         let report = Report {
             seconds: self.started.elapsed().as_secs_f64(),
             tally: self.registry.tally(),
-            pauses: sum(&|h| h.stats.pauses.load(Ordering::Relaxed)),
+            pauses: sum(&|h| h.stats().pauses.load(Ordering::Relaxed)),
             rejoins: hosts
                 .iter()
-                .map(|h| h.stats.rejoins.load(Ordering::Relaxed))
+                .map(|h| h.stats().rejoins.load(Ordering::Relaxed))
                 .collect(),
-            migrations_completed: sum(&|h| h.stats.migrations_completed.load(Ordering::Relaxed)),
-            migrations_refused: sum(&|h| h.stats.migrations_refused.load(Ordering::Relaxed)),
-            deactivations: sum(&|h| h.stats.deactivations.load(Ordering::Relaxed)),
-            forwarded: sum(&|h| h.stats.forwarded.load(Ordering::Relaxed)),
-            heartbeats_failed: sum(&|h| h.stats.heartbeats_failed.load(Ordering::Relaxed)),
+            migrations_completed: sum(&|h| h.stats().migrations_completed.load(Ordering::Relaxed)),
+            migrations_refused: sum(&|h| h.stats().migrations_refused.load(Ordering::Relaxed)),
+            deactivations: sum(&|h| h.stats().deactivations.load(Ordering::Relaxed)),
+            forwarded: sum(&|h| h.stats().forwarded.load(Ordering::Relaxed)),
+            heartbeats_failed: sum(&|h| h.stats().heartbeats_failed.load(Ordering::Relaxed)),
             heartbeats: hosts
                 .iter()
                 .map(|h| {
                     (
-                        h.stats.heartbeat_failures.lock().unwrap().clone(),
-                        h.stats.longest_unacknowledged_ms.load(Ordering::Relaxed),
+                        h.stats().heartbeat_failures.lock().unwrap().clone(),
+                        h.longest_unacknowledged_ms(),
                     )
                 })
                 .collect(),

@@ -1,7 +1,8 @@
 //! The runtime harness: the oracle as runtimes meet it, under faults.
 //!
 //! Real oracle processes (the built binary, two replicas) on real Postgres; silo hosts
-//! ([`host`]) that keep every rule the README gives a runtime, the silo lease included; callers
+//! ([`host`]) built on the Rust SDK (`sdk/rust`), so that it keeps every rule the README gives a
+//! runtime, the silo lease included; callers
 //! ([`callers`]) that ask either replica and call the host named; and a referee ([`registry`])
 //! that records every activation's start and end and counts two hosts running one grain at once.
 //! [`faults`] holds one test per fault: Postgres stopped and crashed for three TTLs (on a server
