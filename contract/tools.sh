@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The users' tools end to end (run by contract/run.sh after the contract checks):
+#   0. the simulator (built on the Python SDK, sdk/python) type-checked with mypy --strict;
 #   1. the simulator, with the README's one command, against an oracle on the embedded default;
 #   2. the simulator against two replicas on Postgres with credentials, while
 #   3. the live cluster page (/ui/) is checked in headless Chromium against what the API reports, and a
@@ -8,8 +9,9 @@
 #
 # Usage: ORACLE_ADMIN_TOKEN=… ORACLE_BINARY=… ORACLE_DATABASE_URL=… bash contract/tools.sh BASE_URL
 # BASE_URL is an oracle on ORACLE_DATABASE_URL with that admin token; this script starts a second replica
-# on the same database (BASE_URL's port + 1) and an embedded one (port + 2). Needs python3, node, npm and
-# Chromium (/usr/bin/chromium, or CHROMIUM=…; Debian: apt-get install chromium).
+# on the same database (BASE_URL's port + 1) and an embedded one (port + 2). Needs python3, node, npm,
+# Chromium (/usr/bin/chromium, or CHROMIUM=…; Debian: apt-get install chromium) and mypy in contract/build/venv
+# (contract/clients.sh installs it).
 set -euo pipefail
 
 if [[ $# -ne 1 || -z ${ORACLE_ADMIN_TOKEN:-} || -z ${ORACLE_BINARY:-} || -z ${ORACLE_DATABASE_URL:-} ]]; then
@@ -45,6 +47,14 @@ wait_ready() { # url, pid, log
     sleep 0.2
   done
 }
+
+# ---------------------------------------------------------------- 0
+step "Simulator: mypy --strict over examples/simulator/simulate.py and the SDK it imports (sdk/python)"
+if [[ ! -x $BUILD/venv/bin/mypy ]]; then
+  echo "no mypy in $BUILD/venv: run contract/clients.sh first (it installs contract/python/requirements.txt)" >&2
+  exit 1
+fi
+MYPYPATH=sdk/python "$BUILD/venv/bin/mypy" --strict --cache-dir "$BUILD/mypy-cache" examples/simulator/simulate.py
 
 # ---------------------------------------------------------------- 1
 step "Simulator, the README's one command, against the embedded default at $EMBEDDED_URL"

@@ -70,15 +70,21 @@ class OracleClient:
         rest: str,
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Answer:
         """Sends to the preferred replica, then each other one while they fail; raises
-        `OracleError` for a problem or when none answers."""
+        `OracleError` for a problem or when none answers. `headers` go with this request only
+        (e.g. `If-Match` on `PUT …/policy`)."""
         failure: OracleError | None = None
         for turn in range(len(self.urls)):
             index = (self._preferred + turn) % len(self.urls)
             try:
                 response = self._http.request(
-                    method, self.urls[index] + self.path(rest), json=body, params=params
+                    method,
+                    self.urls[index] + self.path(rest),
+                    json=body,
+                    params=params,
+                    headers=headers,
                 )
             except httpx.HTTPError as error:
                 log.debug("oracle %s unreachable: %s", self.urls[index], error)
@@ -96,15 +102,23 @@ class OracleClient:
         raise failure
 
 
+def problem_error(
+    problem: Mapping[str, Any], status: int | None = None, retry_after: float | None = None
+) -> OracleError:
+    """An RFC 9457 problem as an `OracleError` (also the per-grain problems of a batch)."""
+    kind = str(problem.get("type", "")).rsplit(":", 1)[-1] or "unknown"
+    code = status if status is not None else int(problem.get("status") or 0)
+    return OracleError(code, kind, str(problem.get("detail", "")), retry_after)
+
+
 def _problem(response: httpx.Response) -> OracleError:
     try:
         problem = response.json()
     except ValueError:
         problem = {}
-    kind = str(problem.get("type", "")).rsplit(":", 1)[-1] or "unknown"
-    return OracleError(
-        response.status_code,
-        kind,
-        str(problem.get("detail", response.text[:200])),
-        parse_retry_after(response.headers.get("retry-after")),
+    if not isinstance(problem, dict):
+        problem = {}
+    problem.setdefault("detail", response.text[:200])
+    return problem_error(
+        problem, response.status_code, parse_retry_after(response.headers.get("retry-after"))
     )

@@ -3,19 +3,26 @@
 `locate` may answer from a short cache: an answer is an activation (silo and epoch), and a caller
 that finds the silo no longer runs it `forget`s that epoch and asks again. `claim` always asks the
 oracle as the requesting silo, so it gets the store's answer, and applies the registration rule
-(`claim.decide`).
+(`claim.decide`). `locate_many` and `claim_many` do the same for many grains at once, through
+`POST …/placements/batch` (a thousand grains a call); a grain the oracle could not place maps to
+its problem, as an `OracleError`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from urllib.parse import quote
 
 from .claim import Claim, decide
-from .client import OracleClient, OracleError
+from .client import OracleClient, OracleError, problem_error
 from .silo import Silo
+
+#: Grains per `POST …/placements/batch`: the oracle's limit.
+MAX_PLACEMENTS_PER_BATCH = 1000
+
+Answers = dict[str, dict[str, Any] | OracleError]
 
 
 class Placement:
@@ -44,12 +51,50 @@ class Placement:
             if kept is not None and now - kept[0] < self.cache_ttl:
                 return kept[1]
         answer: dict[str, Any] = self.client.call("POST", "/placements", {"grain": grain}).body
-        if answer.get("outcome") != "stateless":
-            with self._lock:
-                if len(self._cache) >= self.cache_entries:
-                    self._cache.clear()
-                self._cache[grain] = (now, answer)
+        self._keep(now, grain, answer)
         return answer
+
+    def locate_many(self, grains: Iterable[str]) -> Answers:
+        """`locate` for many grains: kept answers first, the rest in batches."""
+        now = self.clock()
+        found: Answers = {}
+        missing: list[str] = []
+        with self._lock:
+            for grain in grains:
+                kept = self._cache.get(grain)
+                if kept is not None and now - kept[0] < self.cache_ttl:
+                    found[grain] = kept[1]
+                else:
+                    missing.append(grain)
+        asked = self._batch(missing, None)
+        for grain, answer in asked.items():
+            if not isinstance(answer, OracleError):
+                self._keep(now, grain, answer)
+        return {**found, **asked}
+
+    def _keep(self, now: float, grain: str, answer: dict[str, Any]) -> None:
+        if answer.get("outcome") == "stateless":
+            return
+        with self._lock:
+            if len(self._cache) >= self.cache_entries:
+                self._cache.clear()
+            self._cache[grain] = (now, answer)
+
+    def _batch(self, grains: list[str], requesting_silo: str | None) -> Answers:
+        answers: Answers = {}
+        ask = {"requesting_silo": requesting_silo} if requesting_silo is not None else {}
+        distinct = list(dict.fromkeys(grains))
+        for start in range(0, len(distinct), MAX_PLACEMENTS_PER_BATCH):
+            chunk = distinct[start : start + MAX_PLACEMENTS_PER_BATCH]
+            body = {"placements": [{"grain": grain, **ask} for grain in chunk]}
+            results = self.client.call("POST", "/placements/batch", body).body["results"]
+            # One result per grain, in request order.
+            for grain, result in zip(chunk, results):
+                if result.get("placement") is not None:
+                    answers[grain] = result["placement"]
+                else:
+                    answers[grain] = problem_error(result.get("error") or {})
+        return answers
 
     def forget(self, grain: str, epoch: int) -> None:
         """Drops the kept answer if it names activation `epoch` (the silo said it does not run it)."""
@@ -64,6 +109,16 @@ class Placement:
             raise ValueError("claim needs the silo the call arrived at")
         body = {"grain": grain, "requesting_silo": self.silo.silo_id}
         return decide(self.silo.silo_id, self.client.call("POST", "/placements", body).body)
+
+    def claim_many(self, grains: Iterable[str]) -> dict[str, Claim | OracleError]:
+        """`claim` for many grains that calls arrived for at once (each still the store's answer)."""
+        if self.silo is None:
+            raise ValueError("claim needs the silo the call arrived at")
+        own = self.silo.silo_id
+        return {
+            grain: answer if isinstance(answer, OracleError) else decide(own, answer)
+            for grain, answer in self._batch(list(grains), own).items()
+        }
 
     def release(self, grain: str, epoch: int) -> bool:
         """Deactivates activation `epoch` of `grain` on this silo; False when the registration was

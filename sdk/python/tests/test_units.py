@@ -1,5 +1,6 @@
-"""Unit tests: lease arithmetic, backoff, edge aggregation bounds, the claim rule, and the client's
-failover and problems (on httpx's MockTransport: no network)."""
+"""Unit tests: lease arithmetic, backoff, edge aggregation bounds, the claim rule, the client's
+failover and problems, batched placement, and migrations still under way or refused (on httpx's
+MockTransport: no network)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import unittest
 
 import httpx
 
+from typing import Any
+
 from placement_oracle_sdk import (
     Backoff,
     EdgeCounter,
+    EdgeReporter,
     ForwardTo,
     Lease,
+    MigrationWorker,
     OracleClient,
     OracleError,
+    Placement,
     RunHere,
     Silo,
     decide,
@@ -144,6 +150,127 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((raised.exception.status, raised.exception.problem), (429, "rate-limited"))
         self.assertEqual(raised.exception.retry_after, 2.0)
         self.assertTrue(raised.exception.retryable)
+
+    def test_headers_go_with_the_one_request(self) -> None:
+        seen: list[str | None] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request.headers.get("if-match"))
+            return httpx.Response(200, json={})
+
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        client.call("PUT", "/policy", {}, headers={"if-match": "*"})
+        client.call("GET", "/policy")
+        self.assertEqual(seen, ["*", None])
+
+
+def placed(grain: str, silo: str, epoch: int) -> dict[str, Any]:
+    return {"grain": grain, "silo": silo, "address": silo.split("@")[0], "epoch": epoch, "outcome": "placed"}
+
+
+class BatchPlacementTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            self.assertEqual(request.url.path, "/v1/clusters/demo/placements/batch")
+            body = json.loads(request.content)
+            self.bodies.append(body)
+            results: list[dict[str, Any]] = []
+            for i, item in enumerate(body["placements"]):
+                if item["grain"] == "user/bad":
+                    error = {"type": "urn:placement-oracle:problem:no-compatible-silo", "status": 409, "detail": "none"}
+                    results.append({"grain": item["grain"], "placement": None, "error": error})
+                else:
+                    silo = "10.0.0.1:1@1" if i % 2 == 0 else "10.0.0.2:1@1"
+                    results.append({"grain": item["grain"], "placement": placed(item["grain"], silo, i + 1), "error": None})
+            return httpx.Response(200, json={"results": results})
+
+        self.client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+
+    def test_claims_in_batches_ask_as_the_silo_and_apply_the_rule_per_grain(self) -> None:
+        silo = Silo(self.client, "10.0.0.1:1", generation=1)
+        grains = [f"user/{i}" for i in range(1500)] + ["user/bad", "user/0"]
+        claims = Placement(self.client, silo).claim_many(grains)
+        self.assertEqual([len(b["placements"]) for b in self.bodies], [1000, 501], "a thousand a call, each grain once")
+        self.assertTrue(all(p["requesting_silo"] == "10.0.0.1:1@1" for b in self.bodies for p in b["placements"]))
+        self.assertEqual(claims["user/0"], RunHere("user/0", 1))
+        self.assertEqual(claims["user/1"], ForwardTo("user/1", "10.0.0.2:1@1", "10.0.0.2:1", 2))
+        bad = claims["user/bad"]
+        assert isinstance(bad, OracleError)
+        self.assertEqual((bad.status, bad.problem), (409, "no-compatible-silo"))
+
+    def test_located_answers_are_kept_and_only_the_rest_is_asked(self) -> None:
+        now = [0.0]
+        placement = Placement(self.client, clock=lambda: now[0])
+        first = placement.locate_many(["user/a", "user/b"])
+        self.assertNotIn("requesting_silo", self.bodies[0]["placements"][0], "callers do not claim")
+        self.assertEqual(first["user/b"], placed("user/b", "10.0.0.2:1@1", 2))
+        placement.forget("user/a", 1)
+        placement.locate_many(["user/a", "user/b"])
+        self.assertEqual([p["grain"] for p in self.bodies[1]["placements"]], ["user/a"], "user/b was kept")
+        now[0] = 5.0
+        placement.locate_many(["user/b"])
+        self.assertEqual(len(self.bodies), 3, "a kept answer lasts cache_ttl")
+
+
+class MigrationWorkerTest(unittest.TestCase):
+    migration = {"id": 17, "grain": "user/a", "from": "10.0.0.1:1@1", "to": "10.0.0.2:1@1", "reason": "rebalance", "epoch": 3, "created_at_ms": 0}
+
+    def worker(self, complete: httpx.Response, hand_over: list[bool | None]) -> tuple[MigrationWorker, list[str]]:
+        calls: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            calls.append(f"{request.method} {request.url.path}")
+            self.assertEqual(request.content, b"", "the routes take no body")
+            if request.method == "GET":
+                return httpx.Response(200, json={"migrations": [self.migration], "next_cursor": None})
+            return complete
+
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        worker = MigrationWorker(client, Silo(client, "10.0.0.1:1", generation=1), hand_over=lambda m: hand_over.pop(0),
+                                 on_moved=lambda m, epoch: self.moved.append(epoch),
+                                 on_refused=lambda m, error: self.refused.append(error.problem))
+        return worker, calls
+
+    def setUp(self) -> None:
+        self.moved: list[int] = []
+        self.refused: list[str] = []
+
+    def test_a_hand_over_under_way_leaves_the_migration_open_until_it_is_done(self) -> None:
+        answer = httpx.Response(200, json={"epoch": 4, "migration": self.migration})
+        worker, calls = self.worker(answer, [None, True])
+        self.assertEqual(worker.poll_once(), 0)
+        self.assertEqual(calls, ["GET /v1/clusters/demo/migrations"], "neither completed nor failed yet")
+        self.assertEqual(worker.poll_once(), 1)
+        self.assertEqual(calls[-1], "POST /v1/clusters/demo/migrations/17/complete")
+        self.assertEqual((self.moved, worker.completed), ([4], 1))
+
+    def test_a_refused_completion_is_told_and_ends_the_migration(self) -> None:
+        worker, calls = self.worker(problem(409, "migration-refused"), [True])
+        self.assertEqual(worker.poll_once(), 1)
+        self.assertEqual((self.moved, self.refused, worker.refused), ([], ["migration-refused"], 1))
+
+    def test_a_failed_hand_over_fails_the_migration_and_is_no_refusal(self) -> None:
+        worker, calls = self.worker(problem(404, "not-found"), [False])
+        self.assertEqual(worker.poll_once(), 1)
+        self.assertEqual(calls[-1], "POST /v1/clusters/demo/migrations/17/fail")
+        self.assertEqual((self.refused, worker.failed), ([], 0))
+
+
+class EdgeReporterTest(unittest.TestCase):
+    def test_calls_counted_in_batches_are_reported_as_one_edge(self) -> None:
+        sent: list[dict[str, Any]] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(json.loads(request.content))
+            return httpx.Response(202, json={"accepted": 1, "ignored": 0, "dropped": 0})
+
+        reporter = EdgeReporter(OracleClient("http://a", "demo", transport=httpx.MockTransport(handler)))
+        reporter.record_call("user/a", "user/b", 5)
+        reporter.record_call("user/b", "user/a")
+        self.assertEqual(reporter.report_once(), 1)
+        self.assertEqual(sent, [{"edges": [{"from": "user/a", "to": "user/b", "count": 6}]}])
 
 
 class SiloTest(unittest.TestCase):
