@@ -12,6 +12,9 @@
 #      integration test (SDK silos against an oracle process of its own on database oracle_sdk).
 #   6. The TypeScript SDK (sdk/typescript): npm ci, tsc strict, its unit tests, and its integration
 #      test (SDK silos against an oracle process of its own on database oracle_sdk_ts).
+#   7. The Rust SDK (sdk/rust, a workspace member): its unit tests, its rules against a scripted
+#      replica, and its integration test (on database oracle_sdk_rust). Its lints are in .ci/run's
+#      clippy; the runtime harness (cargo test --test runtime) runs its hosts on it too.
 # Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
 # npm and Chromium; tools install at their pinned versions under contract/build/ (and
 # examples/simulator/build/). Usage: contract/run.sh
@@ -110,5 +113,10 @@ npm --prefix sdk/typescript test
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk_ts WITH (FORCE)" -c "CREATE DATABASE oracle_sdk_ts"
 ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk_ts" \
   npm --prefix sdk/typescript run test:integration
+
+step "The Rust SDK (sdk/rust): unit tests, the rules against a scripted replica, and SDK silos against an oracle of their own on Postgres (oracle_sdk_rust), stopped and started"
+psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk_rust WITH (FORCE)" -c "CREATE DATABASE oracle_sdk_rust"
+ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk_rust" \
+  cargo test --locked -p placement-oracle-sdk -- --nocapture
 
 step "Contract suite passed"
