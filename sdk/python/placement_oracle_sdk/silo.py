@@ -69,6 +69,10 @@ class Silo:
         self._running = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        # Set while `on_dead` drops the grains of an incarnation told it is dead: nothing is sent
+        # for the next generation until it has.
+        self._dropping = False
         self._thread: threading.Thread | None = None
         self._beats: ThreadPoolExecutor | None = None
 
@@ -79,7 +83,7 @@ class Silo:
     def may_run_grains(self) -> bool:
         """Whether the silo holds its lease now: run grains only while this is true."""
         with self._lock:
-            return self.status != "dead" and self.lease.holds(self.clock())
+            return not self._dropping and self.lease.holds(self.clock())
 
     def join(self, timeout: float = 10.0) -> None:
         """Joins (one `joining` heartbeat, then `active`) and starts the timer. A silo told it
@@ -101,55 +105,90 @@ class Silo:
                     raise
                 time.sleep(self.backoff.next_delay(error.retry_after))
         self._stop.clear()
+        self._wake.clear()
         self._beats = ThreadPoolExecutor(max_workers=4, thread_name_prefix="heartbeat")
         self._thread = threading.Thread(target=self._run, name=f"silo {self.silo_id}", daemon=True)
         self._thread.start()
 
     def beat(self) -> None:
         """One heartbeat, now. Raises what the oracle refused (a death is handled first)."""
+        with self._lock:
+            if self._dropping:
+                raise OracleError(409, "silo-declared-dead", f"{self.silo_id} is dropping its grains")
+            generation = self.generation
         sent_at = self.clock()
-        body: dict[str, Any] = {**self.fixed, **self.load(), "silo": self.silo_id}
+        body: dict[str, Any] = {**self.fixed, **self.load(), "silo": f"{self.address}@{generation}"}
         body["status"] = self.status
         try:
             answer = self.client.call("POST", "/heartbeats", body)
         except OracleError as error:
             if error.problem == "silo-declared-dead":
-                self._declared_dead()
+                self._declared_dead(generation)
             elif error.retryable:
                 self._quiet_until = self.clock() + self.backoff.next_delay(error.retry_after)
             raise
         self.backoff.reset()
         with self._lock:
-            resumed = not self.lease.holds(self.clock())
+            if self.generation != generation or self._dropping:
+                return  # an answer to an incarnation that is gone grants the next one nothing
             granted = self.lease.grant(sent_at, int(answer.body["lease_ms"]), self.clock())
-        if granted and resumed and self._running:
-            log.info("silo %s holds its lease again: grains resume", self.silo_id)
-            self.on_resume()
         self._running = self._running or granted
+        if granted:
+            self._wake.set()
 
-    def _declared_dead(self) -> None:
-        """Dropped every grain (through `on_dead`), and back as the next generation."""
-        old = self.silo_id
+    def _declared_dead(self, generation: int) -> None:
+        """Drops every grain (through `on_dead`) before the next generation heartbeats."""
         with self._lock:
+            if self.generation != generation or self._dropping:
+                return
+            old = self.silo_id
+            self._dropping = True
             self.status = "joining"
             self.lease = Lease()
             self.deaths += 1
             self.generation += 1
         self._running = False
         log.warning("silo %s was declared dead: its grains are dropped; rejoining as %s", old, self.silo_id)
-        self.on_dead()
+        try:
+            self.on_dead()
+        finally:
+            with self._lock:
+                self._dropping = False
+            self._wake.set()
 
     def _run(self) -> None:
-        holding = True
-        while not self._stop.wait(self.interval):
+        """Heartbeats every `interval` (each on a pool thread: a slow one does not hold back the
+        next), and calls `on_pause` the moment the lease runs out and `on_resume` when an
+        acknowledgement grants it again, from this one thread so that they come in order."""
+        holding, paused, deaths = self.may_run_grains(), False, self.deaths
+        next_beat = self.clock() + self.interval
+        while not self._stop.is_set():
+            wait = max(0.0, next_beat - self.clock())
+            with self._lock:
+                remaining = self.lease.remaining(self.clock())
+            if holding and remaining > 0:
+                wait = min(wait, remaining)
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             now = self.clock()
-            if now >= self._quiet_until and self._beats is not None:
-                # Each heartbeat on its own: a slow one does not hold back the next.
-                self._beats.submit(self._beat_quietly)
+            if now >= next_beat:
+                next_beat = now + self.interval
+                if now >= self._quiet_until and self._beats is not None and not self._dropping:
+                    self._beats.submit(self._beat_quietly)
             holds = self.may_run_grains()
+            if self.deaths != deaths:  # dropped, not paused: the next generation starts afresh
+                holding, paused, deaths = holds, False, self.deaths
+                continue
             if holding and not holds and self._running:
+                paused = True
                 log.warning("silo %s lost its lease: grains pause", self.silo_id)
                 self.on_pause()
+            elif not holding and holds and paused:
+                paused = False
+                log.info("silo %s holds its lease again: grains resume", self.silo_id)
+                self.on_resume()
             holding = holds
 
     def _beat_quietly(self) -> None:
@@ -184,6 +223,7 @@ class Silo:
     def close(self) -> None:
         """Stops heartbeating without leaving (the oracle will judge the silence)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None

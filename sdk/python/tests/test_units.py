@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import unittest
 
 import httpx
@@ -315,6 +316,42 @@ class SiloTest(unittest.TestCase):
         now[0] = 9.0
         self.assertFalse(silo.may_run_grains(), "paused when it runs out")
         self.assertGreaterEqual(silo._quiet_until, 6.0, "the next heartbeat waits as Retry-After said")
+
+
+class SiloLeaseTest(unittest.TestCase):
+    def test_an_answer_to_an_incarnation_declared_dead_meanwhile_grants_the_next_one_nothing(self) -> None:
+        silo: Silo
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            # Another heartbeat thread was told of the death while this one was on its way.
+            silo._declared_dead(silo.generation)
+            return httpx.Response(200, json={"lease_ms": 9000})
+
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1)
+        silo.beat()
+        self.assertEqual(silo.silo_id, "10.0.0.1:1@2")
+        self.assertFalse(silo.may_run_grains(), "generation 2 has not joined")
+        self.assertEqual(silo.lease.until, 0.0)
+
+    def test_grains_pause_when_the_lease_runs_out_not_at_the_next_tick(self) -> None:
+        down = threading.Event()
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if down.is_set():
+                return problem(503, "store-unavailable")
+            return httpx.Response(200, json={"lease_ms": 300})
+
+        paused = threading.Event()
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=30.0, on_pause=paused.set)
+        silo.join()
+        down.set()
+        try:
+            self.assertTrue(paused.wait(5.0), "paused long before the 30 s tick")
+            self.assertFalse(silo.may_run_grains())
+        finally:
+            silo.close()
 
 
 if __name__ == "__main__":
