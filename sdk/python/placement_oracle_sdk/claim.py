@@ -16,6 +16,9 @@ from typing import Any, Mapping
 class RunHere:
     grain: str
     epoch: int | None  # None for a stateless worker (never registered)
+    #: The incarnation that asked: run it only while `silo.may_run_grains_as(claim.silo)` (a
+    #: claim made before a rejoin is not the new incarnation's).
+    silo: str
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,8 @@ def decide(own_silo: str, placement: Mapping[str, Any]) -> Claim:
     """What the silo `own_silo` does with the oracle's answer to its own placement request."""
     grain = str(placement["grain"])
     if placement.get("outcome") == "stateless":
-        return RunHere(grain, None)
+        return RunHere(grain, None, own_silo)
     epoch = int(placement["epoch"])
     if placement["silo"] == own_silo:
-        return RunHere(grain, epoch)
+        return RunHere(grain, epoch, own_silo)
     return ForwardTo(grain, str(placement["silo"]), str(placement["address"]), epoch)

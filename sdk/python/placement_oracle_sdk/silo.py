@@ -85,6 +85,16 @@ class Silo:
         with self._lock:
             return not self._dropping and self.lease.holds(self.clock())
 
+    def may_run_grains_as(self, silo_id: str) -> bool:
+        """As `may_run_grains`, and the silo is still incarnation `silo_id`: a claim made before
+        the silo was declared dead and rejoined is not the new incarnation's to run."""
+        with self._lock:
+            return (
+                not self._dropping
+                and self.silo_id == silo_id
+                and self.lease.holds(self.clock())
+            )
+
     def join(self, timeout: float = 10.0) -> None:
         """Joins (one `joining` heartbeat, then `active`) and starts the timer. A silo told it
         is dead on the way rejoins as the next generation."""

@@ -141,7 +141,7 @@ class SdkAgainstTheOracle(unittest.TestCase):
         for grain in grains:
             answer = caller.locate(grain)
             owner, epoch = answer["silo"], answer["epoch"]
-            self.assertEqual(placements[owner].claim(grain), RunHere(grain, epoch))
+            self.assertEqual(placements[owner].claim(grain), RunHere(grain, epoch, owner))
             other = next(s for s in by_id if s != owner)
             self.assertEqual(placements[other].claim(grain).__class__, ForwardTo)
             where[grain] = (owner, epoch)

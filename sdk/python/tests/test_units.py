@@ -110,14 +110,14 @@ class ClaimTest(unittest.TestCase):
     answer = {"grain": "user/a", "silo": "10.0.0.1:1@1", "address": "10.0.0.1:1", "epoch": 7, "outcome": "placed"}
 
     def test_its_own_id_means_run_here_under_that_epoch(self) -> None:
-        self.assertEqual(decide("10.0.0.1:1@1", self.answer), RunHere("user/a", 7))
+        self.assertEqual(decide("10.0.0.1:1@1", self.answer), RunHere("user/a", 7, "10.0.0.1:1@1"))
 
     def test_another_silo_means_forward_even_the_same_address_of_an_older_generation(self) -> None:
         self.assertEqual(decide("10.0.0.1:1@2", self.answer), ForwardTo("user/a", "10.0.0.1:1@1", "10.0.0.1:1", 7))
 
     def test_a_stateless_worker_runs_anywhere(self) -> None:
         stateless = {**self.answer, "outcome": "stateless", "epoch": None}
-        self.assertEqual(decide("10.0.0.9:1@1", stateless), RunHere("user/a", None))
+        self.assertEqual(decide("10.0.0.9:1@1", stateless), RunHere("user/a", None, "10.0.0.9:1@1"))
 
 
 def problem(status: int, kind: str, retry_after: str | None = None) -> httpx.Response:
@@ -195,7 +195,7 @@ class BatchPlacementTest(unittest.TestCase):
         claims = Placement(self.client, silo).claim_many(grains)
         self.assertEqual([len(b["placements"]) for b in self.bodies], [1000, 501], "a thousand a call, each grain once")
         self.assertTrue(all(p["requesting_silo"] == "10.0.0.1:1@1" for b in self.bodies for p in b["placements"]))
-        self.assertEqual(claims["user/0"], RunHere("user/0", 1))
+        self.assertEqual(claims["user/0"], RunHere("user/0", 1, "10.0.0.1:1@1"))
         self.assertEqual(claims["user/1"], ForwardTo("user/1", "10.0.0.2:1@1", "10.0.0.2:1", 2))
         bad = claims["user/bad"]
         assert isinstance(bad, OracleError)
@@ -321,10 +321,12 @@ class SiloTest(unittest.TestCase):
 class SiloLeaseTest(unittest.TestCase):
     def test_an_answer_to_an_incarnation_declared_dead_meanwhile_grants_the_next_one_nothing(self) -> None:
         silo: Silo
+        calls: list[int] = []
 
         def handler(request: httpx.Request) -> httpx.Response:
-            # Another heartbeat thread was told of the death while this one was on its way.
-            silo._declared_dead(silo.generation)
+            calls.append(1)
+            if len(calls) == 1:  # another thread was told of the death while this one was on its way
+                silo._declared_dead(silo.generation)
             return httpx.Response(200, json={"lease_ms": 9000})
 
         client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
@@ -333,6 +335,9 @@ class SiloLeaseTest(unittest.TestCase):
         self.assertEqual(silo.silo_id, "10.0.0.1:1@2")
         self.assertFalse(silo.may_run_grains(), "generation 2 has not joined")
         self.assertEqual(silo.lease.until, 0.0)
+        silo.beat()
+        self.assertTrue(silo.may_run_grains_as("10.0.0.1:1@2"))
+        self.assertFalse(silo.may_run_grains_as("10.0.0.1:1@1"), "a claim of generation 1 is not run")
 
     def test_grains_pause_when_the_lease_runs_out_not_at_the_next_tick(self) -> None:
         down = threading.Event()

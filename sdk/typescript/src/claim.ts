@@ -15,6 +15,11 @@ export interface RunHere {
   grain: string;
   /** The activation to run; null for a stateless worker (never registered). */
   epoch: number | null;
+  /**
+   * The incarnation that asked: run it only while `silo.mayRunGrainsAs(claim.silo)` (a claim made
+   * before the silo was declared dead and rejoined is not the new incarnation's).
+   */
+  silo: string;
 }
 
 export interface ForwardTo {
@@ -31,13 +36,13 @@ export type Claim = RunHere | ForwardTo;
 export function decide(ownSilo: string, placement: PlacementAnswer): Claim {
   const { grain } = placement;
   if (placement.outcome === "stateless") {
-    return { kind: "run-here", grain, epoch: null };
+    return { kind: "run-here", grain, epoch: null, silo: ownSilo };
   }
   if (placement.epoch === null) {
     throw new TypeError(`placement of ${grain} (${placement.outcome}) names no epoch`);
   }
   if (placement.silo === ownSilo) {
-    return { kind: "run-here", grain, epoch: placement.epoch };
+    return { kind: "run-here", grain, epoch: placement.epoch, silo: ownSilo };
   }
   return {
     kind: "forward-to",

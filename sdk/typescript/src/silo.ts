@@ -124,6 +124,14 @@ export class Silo {
   }
 
   /**
+   * As `mayRunGrains`, and the silo is still incarnation `silo`: a claim made before the silo was
+   * declared dead and rejoined is not the new incarnation's to run.
+   */
+  mayRunGrainsAs(silo: string): boolean {
+    return this.siloId === silo && this.mayRunGrains();
+  }
+
+  /**
    * Joins (one `joining` heartbeat, then `active`) and starts the timer. A silo told it is dead on
    * the way rejoins as the next generation; a 429 or 503 is waited out until `timeoutMs`.
    */

@@ -193,7 +193,7 @@ test("a cluster of SDK silos through placements, a drain, an oracle outage and a
     for (const grain of grains) {
       const answer = await caller.locate(grain);
       assert.ok(answer.epoch !== null);
-      assert.deepEqual(await placementOf(answer.silo).claim(grain), { kind: "run-here", grain, epoch: answer.epoch });
+      assert.deepEqual(await placementOf(answer.silo).claim(grain), { kind: "run-here", grain, epoch: answer.epoch, silo: answer.silo });
       const other = silos.find((s) => s.siloId !== answer.silo);
       assert.ok(other);
       assert.equal((await placementOf(other.siloId).claim(grain)).kind, "forward-to");

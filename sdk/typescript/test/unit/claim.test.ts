@@ -16,11 +16,12 @@ const answer: PlacementAnswer = {
 
 describe("the registration rule", () => {
   test("its own id means run here under that epoch", () => {
-    assert.deepEqual(decide("10.0.0.1:1@1", answer), { kind: "run-here", grain: "user/a", epoch: 7 });
+    assert.deepEqual(decide("10.0.0.1:1@1", answer), { kind: "run-here", grain: "user/a", epoch: 7, silo: "10.0.0.1:1@1" });
     assert.deepEqual(decide("10.0.0.1:1@1", { ...answer, outcome: "existing" }), {
       kind: "run-here",
       grain: "user/a",
       epoch: 7,
+      silo: "10.0.0.1:1@1",
     });
   });
 
@@ -36,7 +37,7 @@ describe("the registration rule", () => {
 
   test("a stateless worker runs anywhere", () => {
     const stateless: PlacementAnswer = { ...answer, outcome: "stateless", epoch: null };
-    assert.deepEqual(decide("10.0.0.9:1@1", stateless), { kind: "run-here", grain: "user/a", epoch: null });
+    assert.deepEqual(decide("10.0.0.9:1@1", stateless), { kind: "run-here", grain: "user/a", epoch: null, silo: "10.0.0.9:1@1" });
   });
 
   test("a registered activation without an epoch is refused, not run", () => {

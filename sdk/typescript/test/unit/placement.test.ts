@@ -17,7 +17,7 @@ describe("Placement", () => {
     });
     const client = new OracleClient("http://a", "demo", { fetch, logger: silentLogger });
     const placement = new Placement(client, new Silo(client, "10.0.0.1:1", { generation: 1 }));
-    assert.deepEqual(await placement.claim("user/mine"), { kind: "run-here", grain: "user/mine", epoch: 4 });
+    assert.deepEqual(await placement.claim("user/mine"), { kind: "run-here", grain: "user/mine", epoch: 4, silo: "10.0.0.1:1@1" });
     assert.deepEqual(await placement.claim("user/other"), {
       kind: "forward-to",
       grain: "user/other",

@@ -40,6 +40,8 @@ describe("Silo", () => {
 
     await silo.beat();
     assert.equal(silo.mayRunGrains(), true);
+    assert.equal(silo.mayRunGrainsAs("10.0.0.1:1@6"), true);
+    assert.equal(silo.mayRunGrainsAs("10.0.0.1:1@5"), false, "a claim of the dead incarnation is not run");
     assert.deepEqual(heartbeatBody(fetch.sent.at(-1) as Sent), {
       address: "10.0.0.1:1",
       silo: "10.0.0.1:1@6",
