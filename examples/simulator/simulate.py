@@ -272,7 +272,9 @@ class Simulation:
                     if isinstance(claim, OracleError):
                         continue  # a problem for this grain (e.g. no silo hosts its type yet)
                     if isinstance(claim, RunHere):
-                        if claim.epoch is not None:  # stateless workers are never registered
+                        # Stateless workers are never registered; a claim made before the silo was declared dead
+                        # and rejoined is not the new incarnation's (the death released it).
+                        if claim.epoch is not None and claim.silo == host.id:
                             self.activate(host, grain, claim.epoch)
                             self.tally.placed += 1
                         continue
@@ -346,8 +348,9 @@ class Simulation:
                 self.refused(error, 429)
                 return False
             if isinstance(claim, RunHere):
-                if claim.epoch is not None:
-                    self.activate(host, grain, claim.epoch)
+                if claim.epoch is None or not host.silo.may_run_grains_as(claim.silo):
+                    return claim.epoch is None  # a stateless worker runs anywhere; else the claim is a dead incarnation's
+                self.activate(host, grain, claim.epoch)
                 return True
             host = self.find(claim.silo)
         return False
