@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::json;
 
 use crate::client::{segment, OracleClient};
 use crate::error::OracleError;
@@ -150,8 +149,10 @@ impl<M: Migrator> MigrationWorker<M> {
             HandOver::Failed => "fail",
         };
         let path = format!("/migrations/{}/{verb}", migration.id);
+        // No body: these routes take none, and the oracle closes a keep-alive connection whose
+        // request body it did not read, which fails the next call sent on it.
         let ending = match client
-            .call::<serde_json::Value>(Method::POST, &path, Some(&json!({})))
+            .call::<serde_json::Value>(Method::POST, &path, None)
             .await
         {
             Ok(answer) if verb == "complete" => {

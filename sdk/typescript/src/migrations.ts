@@ -83,9 +83,9 @@ export class MigrationWorker extends Periodic {
     const verb = moved ? "complete" : "fail";
     let answer;
     try {
-      answer = await this.client.call<MigrationCompleted>("POST", `/migrations/${migration.id}/${verb}`, {
-        body: {},
-      });
+      // No body: these routes take none, and the oracle closes a keep-alive connection whose
+      // request body it did not read, which fails the next call sent on it.
+      answer = await this.client.call<MigrationCompleted>("POST", `/migrations/${migration.id}/${verb}`);
     } catch (error) {
       if (error instanceof OracleError && (ENDED.has(error.problem) || error.status === 404)) {
         this.logger.info(`migration ${migration.id} of ${migration.grain}: ${error.detail}`);
