@@ -177,13 +177,17 @@ impl Migrator for Grains {
 
     fn ended(&self, migration: &Migration, ending: &Ending) {
         let counter = match ending {
-            Ending::Moved { .. } => Some(&self.stats.migrations_completed),
-            Ending::Closed { .. } => Some(&self.stats.migrations_refused),
-            Ending::Failed | Ending::Unsettled { .. } => None,
+            Ending::Moved { .. } => &self.stats.migrations_completed,
+            Ending::Closed { .. } => &self.stats.migrations_refused,
+            // The completion may have landed: the grain stays out of service here until the
+            // migration comes back (or for good, if it did land).
+            Ending::Unsettled { .. } => return,
+            Ending::Failed => {
+                self.left(&migration.grain);
+                return;
+            }
         };
-        if let Some(counter) = counter {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
+        counter.fetch_add(1, Ordering::Relaxed);
         self.left(&migration.grain);
     }
 }
@@ -242,6 +246,8 @@ impl Host {
         let options = ClientOptions {
             key: None,
             timeout: REQUEST_TIMEOUT,
+            // Hosts spread over the replicas, as runtimes behind a load balancer would.
+            first_replica: seed as usize,
         };
         let client = OracleClient::new(&urls, &api.cluster, options).unwrap();
         let grains = Arc::new(Grains {

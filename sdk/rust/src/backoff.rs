@@ -61,7 +61,7 @@ impl Backoff {
 /// not a number of seconds.
 pub fn parse_retry_after(value: Option<&str>) -> Option<Duration> {
     let seconds: f64 = value?.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 #[cfg(test)]
@@ -120,5 +120,11 @@ mod tests {
             None
         );
         assert_eq!(parse_retry_after(None), None);
+        assert_eq!(parse_retry_after(Some("NaN")), None);
+        assert_eq!(
+            parse_retry_after(Some("99999999999999999999999")),
+            None,
+            "no panic"
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! from a cache, so it is the store's). Its own id means it holds the registration: run here under
 //! that epoch. Another silo means forward the call there. A stateless worker may run anywhere.
 
+use crate::error::OracleError;
 use crate::types::PlacementAnswer;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,10 +27,11 @@ pub enum Claim {
     },
 }
 
-/// What the silo `own_silo` does with the oracle's answer to its own placement request.
-pub fn decide(own_silo: &str, placement: &PlacementAnswer) -> Claim {
+/// What the silo `own_silo` does with the oracle's answer to its own placement request. A
+/// registered grain without an epoch is not an answer a silo can act on.
+pub fn decide(own_silo: &str, placement: &PlacementAnswer) -> Result<Claim, OracleError> {
     let grain = placement.grain.clone();
-    match placement.epoch {
+    Ok(match placement.epoch {
         _ if placement.is_stateless() => Claim::RunHere {
             grain,
             silo: own_silo.to_owned(),
@@ -46,15 +48,13 @@ pub fn decide(own_silo: &str, placement: &PlacementAnswer) -> Claim {
             address: placement.address.clone(),
             epoch,
         },
-        // A registered grain without an epoch is not an answer a silo can act on: forwarding
-        // it to the silo named is the one choice that cannot activate it twice.
-        None => Claim::ForwardTo {
-            grain,
-            silo: placement.silo.clone(),
-            address: placement.address.clone(),
-            epoch: 0,
-        },
-    }
+        None => {
+            return Err(OracleError::unexpected(format!(
+                "the placement of {grain} ({}) names no epoch",
+                placement.outcome
+            )))
+        }
+    })
 }
 
 #[cfg(test)]
@@ -74,7 +74,7 @@ mod tests {
 
     #[test]
     fn the_silo_named_runs_it_under_the_epoch() {
-        let claim = decide("10.0.0.1:1@1", &answer("10.0.0.1:1@1", Some(42), "placed"));
+        let claim = decide("10.0.0.1:1@1", &answer("10.0.0.1:1@1", Some(42), "placed")).unwrap();
         assert_eq!(
             claim,
             Claim::RunHere {
@@ -90,7 +90,8 @@ mod tests {
         let claim = decide(
             "10.0.0.1:1@2",
             &answer("10.0.0.1:1@1", Some(42), "existing"),
-        );
+        )
+        .unwrap();
         assert_eq!(
             claim,
             Claim::ForwardTo {
@@ -104,7 +105,13 @@ mod tests {
 
     #[test]
     fn a_stateless_worker_runs_wherever_the_call_is() {
-        let claim = decide("10.0.0.1:1@1", &answer("10.0.0.2:1@1", None, "stateless"));
+        let claim = decide("10.0.0.1:1@1", &answer("10.0.0.2:1@1", None, "stateless")).unwrap();
         assert!(matches!(claim, Claim::RunHere { epoch: None, .. }));
+    }
+
+    #[test]
+    fn a_registered_grain_without_an_epoch_is_refused_not_run_or_forwarded() {
+        let error = decide("10.0.0.1:1@1", &answer("10.0.0.1:1@1", None, "placed")).unwrap_err();
+        assert_eq!(error.problem, "unexpected-answer");
     }
 }

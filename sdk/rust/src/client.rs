@@ -21,8 +21,12 @@ use crate::error::OracleError;
 pub struct ClientOptions {
     /// A cluster key (`silo` scope for silos, `operator` too for drains); `None` in open mode.
     pub key: Option<String>,
-    /// Longest wait for one replica's answer.
+    /// Longest wait for one replica's answer. A call that times out is sent to the next replica,
+    /// so keep it above the oracle's own request timeout (5 s) for calls that must not be sent
+    /// twice.
     pub timeout: Duration,
+    /// The replica asked first (an index into the URLs), so that silos spread over replicas.
+    pub first_replica: usize,
 }
 
 impl Default for ClientOptions {
@@ -30,6 +34,7 @@ impl Default for ClientOptions {
         Self {
             key: None,
             timeout: Duration::from_secs(2),
+            first_replica: 0,
         }
     }
 }
@@ -78,7 +83,7 @@ impl OracleClient {
                     .collect(),
                 cluster: cluster.to_owned(),
                 http,
-                preferred: AtomicUsize::new(0),
+                preferred: AtomicUsize::new(options.first_replica % urls.len()),
             }),
         })
     }
@@ -142,7 +147,7 @@ impl OracleClient {
                     continue;
                 }
             };
-            if status == StatusCode::SERVICE_UNAVAILABLE && turn + 1 < urls.len() {
+            if is_replica_failure(status) && turn + 1 < urls.len() {
                 failure = problem(status, &bytes, retry_after);
                 continue;
             }
@@ -158,6 +163,11 @@ impl OracleClient {
         }
         Err(failure)
     }
+}
+
+/// A replica that cannot serve now (it, or a proxy in front of it): the next one may.
+fn is_replica_failure(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 502..=504)
 }
 
 fn problem(

@@ -9,6 +9,10 @@ use std::collections::HashMap;
 
 /// Edges per report: the oracle's limit on one `POST …/edges`.
 pub const MAX_EDGES_PER_REPORT: usize = 10_000;
+/// Bytes of JSON per report, well inside the oracle's request body limit (1 MiB by default).
+pub const MAX_REPORT_BYTES: usize = 512 * 1024;
+/// What one edge costs in a report beside its two ids (names, quotes, the count).
+const EDGE_OVERHEAD_BYTES: usize = 48;
 /// The largest count of one edge the oracle takes.
 pub const MAX_COUNT: u64 = 1_000_000_000;
 
@@ -60,16 +64,26 @@ impl EdgeCounter {
         self.counts.is_empty()
     }
 
-    /// Everything counted so far, emptied, in batches of at most [`MAX_EDGES_PER_REPORT`].
+    /// Everything counted so far, emptied, in batches of at most [`MAX_EDGES_PER_REPORT`] edges
+    /// and about [`MAX_REPORT_BYTES`] of JSON.
     pub fn take_batches(&mut self) -> Vec<Vec<Edge>> {
-        let edges: Vec<Edge> = std::mem::take(&mut self.counts)
-            .into_iter()
-            .map(|((from, to), count)| Edge { from, to, count })
-            .collect();
-        edges
-            .chunks(MAX_EDGES_PER_REPORT)
-            .map(<[Edge]>::to_vec)
-            .collect()
+        let mut batches = Vec::new();
+        let (mut batch, mut bytes) = (Vec::new(), 0);
+        for ((from, to), count) in std::mem::take(&mut self.counts) {
+            let size = from.len() + to.len() + EDGE_OVERHEAD_BYTES;
+            if batch.len() == MAX_EDGES_PER_REPORT
+                || (!batch.is_empty() && bytes + size > MAX_REPORT_BYTES)
+            {
+                batches.push(std::mem::take(&mut batch));
+                bytes = 0;
+            }
+            bytes += size;
+            batch.push(Edge { from, to, count });
+        }
+        if !batch.is_empty() {
+            batches.push(batch);
+        }
+        batches
     }
 
     /// A batch that could not be reported, counted again (within the bound).
@@ -143,5 +157,30 @@ mod tests {
         );
         counter.put_back(&batches[0]);
         assert_eq!(counter.len(), batches[0].len());
+    }
+
+    #[test]
+    fn batches_of_long_ids_stay_within_the_report_size() {
+        let mut counter = EdgeCounter::new(20_000);
+        let long = "x".repeat(200);
+        for i in 0..5_000 {
+            counter.record(&format!("{long}/{i}"), "hub", 1);
+        }
+        let batches = counter.take_batches();
+        assert!(
+            batches.len() > 1,
+            "5,000 edges of ~210-byte ids do not fit one report"
+        );
+        for batch in &batches {
+            let body = serde_json::to_vec(
+                &batch
+                    .iter()
+                    .map(|e| serde_json::json!({"from": e.from, "to": e.to, "count": e.count}))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+            assert!(body.len() <= MAX_REPORT_BYTES, "{} bytes", body.len());
+        }
+        assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 5_000);
     }
 }

@@ -38,7 +38,7 @@ impl OracleError {
 
     /// Worth trying again later: nothing answered, or the oracle asked to come back.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.status, 0 | 429 | 503) && self.problem != "unexpected-answer"
+        matches!(self.status, 0 | 429 | 502..=504) && self.problem != "unexpected-answer"
     }
 
     /// The oracle declared this silo dead: drop every grain and rejoin as the next generation.

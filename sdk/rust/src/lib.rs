@@ -25,7 +25,7 @@ mod types;
 pub use backoff::{parse_retry_after, Backoff};
 pub use claim::{decide, Claim};
 pub use client::{segment, ClientOptions, OracleClient};
-pub use edges::{Edge, EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT};
+pub use edges::{Edge, EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES};
 pub use error::OracleError;
 pub use lease::Lease;
 pub use migrations::{Ending, HandOver, MigrationStats, MigrationWorker, Migrator};

@@ -19,6 +19,36 @@ use crate::periodic::Periodic;
 use crate::silo::Silo;
 use crate::types::{Migration, MigrationCompleted, MigrationPage};
 
+/// How a completion whose answer was lost ended, read from the registration (`GET
+/// …/activations/{grain}` reads the store): held by the target, it moved; still the source's
+/// activation, it is open and comes back; anything else, the oracle ended it otherwise.
+async fn registration_after(
+    client: &OracleClient,
+    migration: &Migration,
+    lost: OracleError,
+) -> Ending {
+    let path = format!("/activations/{}", segment(&migration.grain));
+    match client.call::<Registration>(Method::GET, &path, None).await {
+        Ok(now) if now.silo == migration.to => Ending::Moved { epoch: now.epoch },
+        Ok(now) if now.silo == migration.from && now.epoch == migration.epoch => {
+            Ending::Unsettled { error: lost }
+        }
+        Ok(_) => Ending::Closed {
+            problem: "registered-elsewhere".into(),
+        },
+        Err(error) if error.status == 404 => Ending::Closed {
+            problem: "not-found".into(),
+        },
+        Err(_) => Ending::Unsettled { error: lost },
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Registration {
+    silo: String,
+    epoch: i64,
+}
+
 /// What became of a hand-over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandOver {
@@ -41,7 +71,9 @@ pub enum Ending {
     /// The oracle had ended it already or refused it (`migration-ended`, `migration-refused`,
     /// `not-found`): nothing more to do.
     Closed { problem: String },
-    /// The oracle could not be told; the migration stays open and comes back next round.
+    /// The oracle could not be told, or its answer was lost and the store could not be read:
+    /// the completion may have landed. Keep the grain out of service here; the migration comes
+    /// back next round if it is still open.
     Unsettled { error: OracleError },
 }
 
@@ -100,12 +132,14 @@ impl<M: Migrator> MigrationWorker<M> {
         &self.inner.stats
     }
 
-    /// Polls every `interval` until [`Self::stop`].
+    /// Polls every `interval` until [`Self::stop`] (or every handle is dropped).
     pub fn start(&self, interval: Duration) {
-        let worker = self.clone();
+        let weak = Arc::downgrade(&self.inner);
         self.inner.periodic.start("migrations", interval, move || {
-            let worker = worker.clone();
-            async move { worker.poll_once().await }
+            let worker = MigrationWorker {
+                inner: weak.upgrade()?,
+            };
+            Some(async move { worker.poll_once().await })
         });
     }
 
@@ -157,13 +191,11 @@ impl<M: Migrator> MigrationWorker<M> {
         {
             Ok(answer) if verb == "complete" => {
                 match serde_json::from_value::<MigrationCompleted>(answer) {
-                    Ok(done) => {
-                        stats.completed.fetch_add(1, Ordering::Relaxed);
-                        Ending::Moved { epoch: done.epoch }
+                    Ok(done) => Ending::Moved { epoch: done.epoch },
+                    Err(e) => {
+                        let error = OracleError::unexpected(e.to_string());
+                        registration_after(client, migration, error).await
                     }
-                    Err(e) => Ending::Unsettled {
-                        error: OracleError::unexpected(e.to_string()),
-                    },
                 }
             }
             Ok(_) => {
@@ -183,8 +215,14 @@ impl<M: Migrator> MigrationWorker<M> {
                     problem: error.problem,
                 }
             }
+            // The completion may have landed although its answer was lost (a timeout): the store
+            // says whether it did.
+            Err(error) if verb == "complete" => registration_after(client, migration, error).await,
             Err(error) => Ending::Unsettled { error },
         };
+        if let Ending::Moved { .. } = ending {
+            stats.completed.fetch_add(1, Ordering::Relaxed);
+        }
         let settled = !matches!(ending, Ending::Unsettled { .. });
         migrator.ended(migration, &ending);
         settled

@@ -1,5 +1,5 @@
-//! A task run every `interval` until stopped; what it gets from the oracle is logged and the
-//! next round tries again.
+//! A task run every `interval` until stopped, or until its owner is gone (a round is `None`);
+//! what it gets from the oracle is logged and the next round tries again.
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -15,10 +15,10 @@ pub(crate) struct Periodic {
 }
 
 impl Periodic {
-    /// Runs `round` every `interval` (replacing a loop already running).
+    /// Runs `round` every `interval` (replacing a loop already running), until it gives `None`.
     pub fn start<F, R>(&self, name: &'static str, interval: Duration, round: F)
     where
-        F: Fn() -> R + Send + 'static,
+        F: Fn() -> Option<R> + Send + 'static,
         R: Future<Output = Result<usize, OracleError>> + Send,
     {
         let task = tokio::spawn(async move {
@@ -27,7 +27,8 @@ impl Periodic {
             ticks.tick().await;
             loop {
                 ticks.tick().await;
-                if let Err(error) = round().await {
+                let Some(this_round) = round() else { return };
+                if let Err(error) = this_round.await {
                     tracing::debug!(task = name, %error, "round failed; the next one tries again");
                 }
             }
@@ -46,5 +47,11 @@ impl Periodic {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<JoinHandle<()>>> {
         self.task.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Periodic {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

@@ -113,7 +113,7 @@ impl Placement {
             .client
             .call(Method::POST, "/placements", Some(&body))
             .await?;
-        Ok(decide(&own, &answer))
+        decide(&own, &answer)
     }
 
     /// Deactivates activation `epoch` of `grain` on this silo (stop running it first). `false`

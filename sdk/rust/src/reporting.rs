@@ -77,8 +77,16 @@ impl EdgeReporter {
                 .call_value(Method::POST, "/edges", Some(&body))
                 .await
             {
+                // A batch the oracle refused as such (422, 413) would fail for ever: it is
+                // dropped, and counted. One that could not be delivered is counted again.
+                let refused = !error.is_retryable();
                 let mut counter = self.counter();
-                for rest in &batches[i..] {
+                if refused {
+                    counter.dropped += batch.iter().map(|e| e.count).sum::<u64>();
+                    tracing::warn!(%error, edges = batch.len(), "an edge report was refused; its edges are dropped");
+                }
+                let retry = if refused { i + 1 } else { i };
+                for rest in &batches[retry..] {
                     counter.put_back(rest);
                 }
                 return Err(error);
@@ -91,12 +99,14 @@ impl EdgeReporter {
         Ok(sent)
     }
 
-    /// Reports every `interval` until [`Self::stop`].
+    /// Reports every `interval` until [`Self::stop`] (or every handle is dropped).
     pub fn start(&self, interval: Duration) {
-        let reporter = self.clone();
+        let weak = Arc::downgrade(&self.inner);
         self.inner.periodic.start("edges", interval, move || {
-            let reporter = reporter.clone();
-            async move { reporter.report_once().await }
+            let reporter = EdgeReporter {
+                inner: weak.upgrade()?,
+            };
+            Some(async move { reporter.report_once().await })
         });
     }
 

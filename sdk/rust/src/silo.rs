@@ -9,11 +9,14 @@
 //! oracle issues migrations for its grains (a [`crate::MigrationWorker`] carries them out), it
 //! waits until none remains or a deadline, and leaves.
 //!
-//! The hooks are called from one task, in order, never while the SDK holds a lock, so a hook may
-//! call back into the silo.
+//! `paused`, `resumed` and `declared_dead` are called from one task (the lease keeper), in order,
+//! never while the SDK holds a lock, so a hook may call back into the silo; `declared_dead` may
+//! also be called from [`Silo::join`], before that task starts, and `leaving` from [`Silo::stop`]
+//! or [`Silo::leave`]. A hook that panics is logged and the silo carries on.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
@@ -28,9 +31,6 @@ use crate::error::OracleError;
 use crate::lease::Lease;
 use crate::types::{Description, HeartbeatAnswer, Load};
 
-/// The lease taken from an oracle that grants none (one from before leases): it is held at its
-/// old word, that a silo runs its grains until told it is dead.
-const LEASE_OF_AN_ORACLE_WITHOUT_LEASES: Duration = Duration::from_secs(3600);
 /// Heartbeats in flight at once: beyond it a tick is skipped (the oracle is not answering).
 const MAX_HEARTBEATS_IN_FLIGHT: usize = 4;
 
@@ -44,7 +44,11 @@ pub trait SiloEvents: Send + Sync + 'static {
     /// The oracle declared incarnation `silo` dead: drop every grain, their registrations are
     /// gone. The next generation joins once this returns.
     fn declared_dead(&self, _silo: &str) {}
-    /// A heartbeat was not acknowledged (for logs and counters).
+    /// The silo is about to leave ([`Silo::stop`] at its deadline, or [`Silo::leave`]): stop
+    /// every grain still running, the leave releases their registrations.
+    fn leaving(&self, _silo: &str) {}
+    /// A heartbeat was not acknowledged (for logs and counters); called from the heartbeat's
+    /// own task.
     fn heartbeat_failed(&self, _error: &OracleError) {}
 }
 
@@ -142,6 +146,9 @@ struct State {
     /// sent for the next generation until it has.
     dead: Option<String>,
     last_acknowledged_send: Option<Instant>,
+    /// Stopping or left: never rejoins, and runs no grain once left.
+    stopping: bool,
+    left: bool,
 }
 
 impl State {
@@ -175,6 +182,8 @@ impl Silo {
                     quiet_until: None,
                     dead: None,
                     last_acknowledged_send: None,
+                    stopping: false,
+                    left: false,
                 }),
                 changed: watch::channel(0).0,
                 in_flight: AtomicUsize::new(0),
@@ -211,17 +220,14 @@ impl Silo {
 
     /// Whether the silo holds its lease now: run grains only while this is true.
     pub fn may_run_grains(&self) -> bool {
-        let state = self.inner.lock();
-        state.dead.is_none() && state.lease.holds(Instant::now())
+        self.inner.lock().may_run(Instant::now())
     }
 
     /// As [`Self::may_run_grains`], and the silo is still incarnation `id` (a claim made before a
     /// rejoin is not the new incarnation's).
     pub fn may_run_grains_as(&self, id: &str) -> bool {
         let state = self.inner.lock();
-        state.dead.is_none()
-            && state.lease.holds(Instant::now())
-            && state.id(&self.inner.address) == id
+        state.may_run(Instant::now()) && state.id(&self.inner.address) == id
     }
 
     /// How long the lease still holds.
@@ -229,81 +235,110 @@ impl Silo {
         self.inner.lock().lease.remaining(Instant::now())
     }
 
-    /// Joins (a `joining` heartbeat, then `active`) and starts heartbeating on the timer. A silo
-    /// told on the way that it is dead drops its grains and joins as the next generation.
+    /// Joins (a `joining` heartbeat, then an `active` one) and starts heartbeating on the timer. A
+    /// silo told on the way that it is dead drops its grains and joins as the next generation.
     pub async fn join(&self, timeout: Duration) -> Result<(), OracleError> {
         let deadline = Instant::now() + timeout;
         loop {
+            let reported = self.status();
             let result = self.beat().await;
             self.inner.settle_death();
-            match result {
-                Ok(()) if self.status() == Status::Active => break,
-                Ok(()) => continue,
+            let wait = match result {
+                Ok(true) if reported == Status::Active && self.may_run_grains() => break,
+                Ok(_) => Duration::ZERO,
                 Err(error) if Instant::now() >= deadline => return Err(error),
-                Err(error) if error.is_declared_dead() => continue,
+                Err(error) if error.is_declared_dead() => Duration::ZERO,
                 Err(error) if !error.is_retryable() => return Err(error),
-                Err(error) => {
-                    let wait = self.inner.lock().backoff.next_delay(error.retry_after);
-                    tokio::time::sleep(wait).await;
-                }
+                Err(error) => self.inner.lock().backoff.next_delay(error.retry_after),
+            };
+            if Instant::now() >= deadline {
+                return Err(OracleError::unexpected(format!(
+                    "{} did not join within {timeout:?}",
+                    self.id()
+                )));
             }
+            tokio::time::sleep(wait).await;
         }
-        // A second joining heartbeat was answered: report active from the next one on.
-        self.beat().await?;
         let mut tasks = self.inner.tasks_lock();
         for task in tasks.drain(..) {
             task.abort();
         }
-        tasks.push(tokio::spawn(Inner::heartbeats(self.inner.clone())));
-        tasks.push(tokio::spawn(Inner::keep_lease(self.inner.clone())));
+        // The tasks hold the silo weakly: when every handle is dropped, they end.
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(tokio::spawn(Inner::heartbeats(weak.clone())));
+        tasks.push(tokio::spawn(Inner::keep_lease(weak)));
         Ok(())
     }
 
-    /// One heartbeat, now. Returns what the oracle refused (a death is recorded first).
-    pub async fn beat(&self) -> Result<(), OracleError> {
+    /// One heartbeat, now: whether it was acknowledged for this incarnation. Returns what the
+    /// oracle refused (a death is recorded first).
+    pub async fn beat(&self) -> Result<bool, OracleError> {
         self.inner.beat().await
     }
 
     /// Drains and leaves: asks the oracle to move every grain away (carried out by the silo's
     /// [`crate::MigrationWorker`], which must keep running meanwhile; the key needs the
-    /// `operator` scope), waits until none remains or `deadline`, then leaves. Returns how many
+    /// `operator` scope), waits until none remains or `deadline`, then leaves as
+    /// [`Self::leave`] does (calling [`SiloEvents::leaving`] first, so that what still runs
+    /// stops). A death meanwhile ends the stop: the silo does not rejoin. Returns how many
     /// activations remained when it left.
     pub async fn stop(&self, deadline: Duration, poll: Duration) -> Result<u64, OracleError> {
-        let path = format!("/silos/{}", segment(&self.id()));
-        self.inner.lock().status = Status::ShuttingDown;
+        let id = {
+            let mut state = self.inner.lock();
+            state.status = Status::ShuttingDown;
+            state.stopping = true;
+            state.id(&self.inner.address)
+        };
+        let path = format!("/silos/{}", segment(&id));
         let until = Instant::now() + deadline;
         let drained = async {
-            self.inner
-                .client
+            let client = &self.inner.client;
+            client
                 .call_value(Method::POST, &format!("{path}/drain"), None)
                 .await?;
             loop {
-                let silo = self
-                    .inner
-                    .client
-                    .call_value(Method::GET, &path, None)
-                    .await?;
-                let remaining = silo["drain"]["remaining_activations"].as_u64().unwrap_or(0);
-                if remaining == 0 || Instant::now() >= until {
-                    return Ok::<u64, OracleError>(remaining);
+                let silo = client.call_value(Method::GET, &path, None).await?;
+                let remaining = silo["drain"]["remaining_activations"].as_u64();
+                let left = silo["status"] == "dead" || remaining == Some(0);
+                if left || Instant::now() >= until {
+                    return Ok::<u64, OracleError>(remaining.unwrap_or(0));
                 }
                 tokio::time::sleep(poll).await;
             }
         }
         .await;
-        self.leave().await?;
-        drained
+        let leave = self.leave_as(&id).await;
+        let remaining = drained?;
+        leave.map(|()| remaining)
     }
 
-    /// Stops heartbeating and leaves at once (the oracle releases whatever is still registered).
+    /// Stops heartbeating and leaves at once: [`SiloEvents::leaving`] is called and
+    /// [`Self::may_run_grains`] is false from then on, since the oracle releases whatever is still
+    /// registered (the key needs the `operator` scope).
     pub async fn leave(&self) -> Result<(), OracleError> {
-        let path = format!("/silos/{}", segment(&self.id()));
+        let id = self.id();
+        self.leave_as(&id).await
+    }
+
+    async fn leave_as(&self, id: &str) -> Result<(), OracleError> {
+        {
+            let mut state = self.inner.lock();
+            state.stopping = true;
+            state.left = true;
+        }
         self.close();
-        self.inner
+        guarded("leaving", || self.inner.events.leaving(id));
+        let path = format!("/silos/{}", segment(id));
+        match self
+            .inner
             .client
             .call_value(Method::DELETE, &path, None)
             .await
-            .map(drop)
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.status == 404 => Ok(()), // gone already
+            Err(error) => Err(error),
+        }
     }
 
     /// Stops heartbeating without leaving (the oracle will judge the silence). The lease still
@@ -312,6 +347,37 @@ impl Silo {
         for task in self.inner.tasks_lock().drain(..) {
             task.abort();
         }
+    }
+}
+
+impl State {
+    fn may_run(&self, now: Instant) -> bool {
+        self.dead.is_none() && !self.left && self.lease.holds(now)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in self.tasks_lock().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Runs a hook of the runtime's; a panic in it is logged instead of ending the silo's task.
+fn guarded<T: Default>(hook: &str, call: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|_| {
+        tracing::error!(hook, "a silo hook panicked; the silo carries on");
+        T::default()
+    })
+}
+
+/// Counts a heartbeat in flight until it is dropped, however it ends.
+struct InFlight(Arc<Inner>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -329,8 +395,12 @@ impl Inner {
     }
 
     fn body(&self, id: &str, status: Status) -> Value {
-        let mut body = serde_json::to_value((self.load)()).unwrap_or_else(|_| json!({}));
-        let fields = body.as_object_mut().expect("a load is an object");
+        let load = guarded("load", || (self.load)());
+        let mut body = serde_json::to_value(load).unwrap_or_else(|_| json!({}));
+        if !body.is_object() {
+            body = json!({});
+        }
+        let fields = body.as_object_mut().expect("made an object above");
         fields.insert("silo".into(), json!(id));
         fields.insert("address".into(), json!(self.address));
         fields.insert("status".into(), json!(status.as_str()));
@@ -347,7 +417,7 @@ impl Inner {
         body
     }
 
-    async fn beat(&self) -> Result<(), OracleError> {
+    async fn beat(&self) -> Result<bool, OracleError> {
         let (id, generation, status) = {
             let state = self.lock();
             if let Some(dead) = &state.dead {
@@ -357,6 +427,9 @@ impl Inner {
                     detail: format!("{dead} is dropping its grains before it rejoins"),
                     retry_after: None,
                 });
+            }
+            if state.left {
+                return Err(OracleError::unexpected("the silo left"));
             }
             (state.id(&self.address), state.generation, state.status)
         };
@@ -371,28 +444,32 @@ impl Inner {
             .await;
         match answer {
             Ok(answer) => {
-                let lease = answer
-                    .lease_ms
-                    .map_or(LEASE_OF_AN_ORACLE_WITHOUT_LEASES, Duration::from_millis);
-                self.acknowledged(generation, status, sent, lease);
-                Ok(())
+                let lease = Duration::from_millis(answer.lease_ms);
+                Ok(self.acknowledged(generation, status, sent, lease))
             }
             Err(error) => {
                 self.stats.heartbeats_failed.fetch_add(1, Ordering::Relaxed);
-                self.events.heartbeat_failed(&error);
+                guarded("heartbeat_failed", || self.events.heartbeat_failed(&error));
                 self.refused(generation, &id, &error);
                 Err(error)
             }
         }
     }
 
-    fn acknowledged(&self, generation: u64, status: Status, sent: Instant, lease: Duration) {
+    /// Records an acknowledgement; says whether it was this incarnation's.
+    fn acknowledged(
+        &self,
+        generation: u64,
+        status: Status,
+        sent: Instant,
+        lease: Duration,
+    ) -> bool {
         self.stats
             .heartbeats_acknowledged
             .fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
-        if state.generation != generation || state.dead.is_some() {
-            return; // an answer to an incarnation that is gone
+        if state.generation != generation || state.dead.is_some() || state.left {
+            return false; // an answer to an incarnation that is gone
         }
         if let Some(previous) = state.last_acknowledged_send.filter(|&p| p < sent) {
             let gap = (sent - previous).as_millis() as u64;
@@ -412,30 +489,33 @@ impl Inner {
         if granted {
             self.wake_keeper();
         }
+        true
     }
 
     fn refused(&self, generation: u64, id: &str, error: &OracleError) {
         let mut state = self.lock();
-        if state.generation != generation || state.dead.is_some() {
+        if state.generation != generation || state.dead.is_some() || state.left {
             return;
         }
         if error.is_declared_dead() {
-            tracing::warn!(
-                silo = id,
-                "declared dead: its grains are dropped; rejoining as the next generation"
-            );
+            tracing::warn!(silo = id, "declared dead: its grains are dropped");
             state.dead = Some(id.to_owned());
             state.generation += 1;
             state.status = Status::Joining;
             state.lease = Lease::default();
             state.last_acknowledged_send = None;
             state.quiet_until = None;
+            // A silo that was stopping does not come back.
+            state.left = state.stopping;
             self.stats.deaths.fetch_add(1, Ordering::Relaxed);
             drop(state);
             self.wake_keeper();
         } else if error.is_retryable() {
-            let wait = state.backoff.next_delay(error.retry_after);
-            state.quiet_until = Some(Instant::now() + wait);
+            // As the oracle asks, but never so long that a lease held runs out unrenewed.
+            let now = Instant::now();
+            let asked = state.backoff.next_delay(error.retry_after);
+            let wait = asked.min(self.interval.max(state.lease.remaining(now) / 2));
+            state.quiet_until = Some(now + wait);
             tracing::debug!(silo = id, %error, ?wait, "heartbeat not acknowledged");
         }
     }
@@ -446,31 +526,38 @@ impl Inner {
         let Some(dead) = self.lock().dead.clone() else {
             return false;
         };
-        self.events.declared_dead(&dead);
+        guarded("declared_dead", || self.events.declared_dead(&dead));
         self.lock().dead = None;
         true
     }
 
-    /// A heartbeat every `interval`, each on a task of its own: one that hangs (a replica being
-    /// killed) does not hold back the next.
-    async fn heartbeats(self: Arc<Self>) {
-        let mut ticks = tokio::time::interval(self.interval);
+    /// A heartbeat every `interval`, each on a task of its own (up to
+    /// [`MAX_HEARTBEATS_IN_FLIGHT`]): one that hangs (a replica being killed) does not hold back
+    /// the next.
+    async fn heartbeats(silo: Weak<Self>) {
+        let Some(interval) = silo.upgrade().map(|s| s.interval) else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
             ticks.tick().await;
+            let Some(silo) = silo.upgrade() else { return };
             let quiet = {
-                let state = self.lock();
-                state.dead.is_some() || state.quiet_until.is_some_and(|q| Instant::now() < q)
+                let state = silo.lock();
+                state.dead.is_some()
+                    || state.left
+                    || state.quiet_until.is_some_and(|q| Instant::now() < q)
             };
-            if quiet || self.in_flight.load(Ordering::Relaxed) >= MAX_HEARTBEATS_IN_FLIGHT {
+            if quiet || silo.in_flight.load(Ordering::Relaxed) >= MAX_HEARTBEATS_IN_FLIGHT {
                 continue;
             }
-            self.in_flight.fetch_add(1, Ordering::Relaxed);
-            let silo = self.clone();
+            silo.in_flight.fetch_add(1, Ordering::Relaxed);
+            let flight = InFlight(silo);
             tokio::spawn(async move {
-                let _ = silo.beat().await;
-                silo.in_flight.fetch_sub(1, Ordering::Relaxed);
+                let _ = flight.0.beat().await;
+                drop(flight);
             });
         }
     }
@@ -478,32 +565,40 @@ impl Inner {
     /// Calls the hooks as the lease and the silo's standing change: `paused` the instant the
     /// lease runs out, `resumed` when an acknowledgement grants it again, `declared_dead` when
     /// told so.
-    async fn keep_lease(self: Arc<Self>) {
-        let mut changes = self.changed.subscribe();
-        let (mut holding, mut paused) = (self.lock().lease.holds(Instant::now()), false);
+    async fn keep_lease(silo: Weak<Self>) {
+        let Some(mut changes) = silo.upgrade().map(|s| s.changed.subscribe()) else {
+            return;
+        };
+        let (mut holding, mut paused) = (false, false);
         loop {
             changes.borrow_and_update();
-            if self.settle_death() {
-                (holding, paused) = (false, false);
-                continue;
-            }
-            let (id, lease) = {
-                let state = self.lock();
-                (state.id(&self.address), state.lease)
+            let expiry = {
+                let Some(silo) = silo.upgrade() else { return };
+                if silo.settle_death() {
+                    (holding, paused) = (false, false);
+                    continue;
+                }
+                let (id, lease, dying) = {
+                    let state = silo.lock();
+                    (state.id(&silo.address), state.lease, state.dead.is_some())
+                };
+                if dying {
+                    continue; // settled at the top of the next round
+                }
+                let holds = lease.holds(Instant::now());
+                if holding && !holds {
+                    paused = true;
+                    silo.stats.pauses.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(silo = %id, "lost its lease: grains pause");
+                    guarded("paused", || silo.events.paused(&id));
+                } else if !holding && holds && paused {
+                    paused = false;
+                    tracing::info!(silo = %id, "holds its lease again: grains resume");
+                    guarded("resumed", || silo.events.resumed(&id));
+                }
+                holding = holds;
+                lease.until().filter(|_| holds)
             };
-            let holds = lease.holds(Instant::now());
-            if holding && !holds {
-                paused = true;
-                self.stats.pauses.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(silo = %id, "lost its lease: grains pause");
-                self.events.paused(&id);
-            } else if !holding && holds && paused {
-                paused = false;
-                tracing::info!(silo = %id, "holds its lease again: grains resume");
-                self.events.resumed(&id);
-            }
-            holding = holds;
-            let expiry = lease.until().filter(|_| holds);
             tokio::select! {
                 () = sleep_until(expiry) => {}
                 changed = changes.changed() => if changed.is_err() { return },

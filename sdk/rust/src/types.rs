@@ -70,7 +70,8 @@ pub(crate) struct MigrationCompleted {
 
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct HeartbeatAnswer {
-    pub lease_ms: Option<u64>,
+    /// Required: an answer without a lease grants nothing (it is not the oracle's).
+    pub lease_ms: u64,
 }
 
 /// The node a new client connection of a SmartConnect-style pool should go to.

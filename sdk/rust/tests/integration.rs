@@ -185,6 +185,7 @@ async fn a_cluster_of_sdk_silos_through_placements_a_drain_an_outage_and_a_death
     let options = ClientOptions {
         key: issued["key"].as_str().map(str::to_owned),
         timeout: Duration::from_secs(1),
+        ..ClientOptions::default()
     };
     let client = OracleClient::new(&[oracle.base()], &cluster, options).unwrap();
 

@@ -26,6 +26,7 @@ fn client(urls: &[String]) -> OracleClient {
     let options = ClientOptions {
         key: Some("k".into()),
         timeout: Duration::from_secs(2),
+        ..ClientOptions::default()
     };
     OracleClient::new(urls, "c1", options).unwrap()
 }
@@ -243,5 +244,145 @@ async fn told_dead_a_silo_drops_its_grains_before_the_next_generation_joins() {
         .unwrap();
     assert_eq!(first_of_next.body["status"], "joining");
     assert_eq!(silo.stats().deaths.load(Ordering::Relaxed), 1);
+    silo.close();
+}
+
+#[tokio::test]
+async fn a_silo_that_leaves_runs_nothing_from_then_on_and_is_told_first() {
+    #[derive(Default)]
+    struct Leaving(Mutex<Vec<(String, bool)>>, Mutex<Option<Silo>>);
+    impl SiloEvents for Leaving {
+        fn leaving(&self, silo: &str) {
+            let may_run = self.1.lock().unwrap().as_ref().unwrap().may_run_grains();
+            self.0.lock().unwrap().push((silo.to_owned(), may_run));
+        }
+    }
+    let oracle = FakeOracle::start(|r: &Request| match r.method.as_str() {
+        "DELETE" => Reply::ok(json!({})),
+        _ => Reply::ok(json!({ "lease_ms": 5000 })),
+    })
+    .await;
+    let events = Arc::new(Leaving::default());
+    let silo = Silo::new(
+        client(std::slice::from_ref(&oracle.url)),
+        "10.0.0.1:11111",
+        SiloOptions {
+            generation: Some(1),
+            events: events.clone(),
+            ..SiloOptions::default()
+        },
+    );
+    *events.1.lock().unwrap() = Some(silo.clone());
+    silo.join(Duration::from_secs(2)).await.unwrap();
+    assert!(silo.may_run_grains());
+    silo.leave().await.unwrap();
+    assert_eq!(
+        *events.0.lock().unwrap(),
+        [("10.0.0.1:11111@1".to_owned(), false)],
+        "told before the registrations go, and already without the lease"
+    );
+    assert!(!silo.may_run_grains() && silo.lease_remaining() > Duration::ZERO);
+    assert_eq!(oracle.count("/silos/10.0.0.1%3A11111%401"), 1);
+    *events.1.lock().unwrap() = None;
+}
+
+#[tokio::test]
+async fn an_answer_without_a_lease_grants_nothing() {
+    let oracle = FakeOracle::start(|_| Reply::ok(json!({ "silo": "x" }))).await;
+    let silo = silo(
+        client(std::slice::from_ref(&oracle.url)),
+        Arc::default(),
+        50,
+    );
+    let error = silo.beat().await.unwrap_err();
+    assert_eq!(error.problem, "unexpected-answer");
+    assert!(!silo.may_run_grains());
+}
+
+#[tokio::test]
+async fn a_bad_gateway_is_left_for_the_next_replica() {
+    let gateway = FakeOracle::start(|_| Reply::problem(502, "bad-gateway")).await;
+    let good = FakeOracle::start(|_| Reply::ok(json!({ "ok": true }))).await;
+    let client = client(&[gateway.url.clone(), good.url.clone()]);
+    assert_eq!(
+        client
+            .call_value(Method::GET, "/silos", None)
+            .await
+            .unwrap()["ok"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn a_long_retry_after_never_outlasts_the_lease() {
+    let shed = Arc::new(AtomicBool::new(false));
+    let shedding = shed.clone();
+    let oracle = FakeOracle::start(move |_| {
+        if shedding.load(Ordering::Relaxed) {
+            Reply::problem(429, "rate-limited").retry_after(3600)
+        } else {
+            Reply::ok(json!({ "lease_ms": 800 }))
+        }
+    })
+    .await;
+    let silo = silo(
+        client(std::slice::from_ref(&oracle.url)),
+        Arc::default(),
+        50,
+    );
+    silo.join(Duration::from_secs(2)).await.unwrap();
+    shed.store(true, Ordering::Relaxed);
+    until("shed once", || {
+        silo.stats().heartbeats_failed.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    shed.store(false, Ordering::Relaxed);
+    let before = oracle.count("/heartbeats");
+    until("tries again within the lease, not in an hour", || {
+        oracle.count("/heartbeats") > before
+    })
+    .await;
+    silo.close();
+}
+
+#[tokio::test]
+async fn a_hook_that_panics_does_not_stop_the_lease_keeper() {
+    #[derive(Default)]
+    struct Panicky(AtomicU64);
+    impl SiloEvents for Panicky {
+        fn paused(&self, _: &str) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            panic!("a runtime bug");
+        }
+    }
+    let up = Arc::new(AtomicBool::new(true));
+    let is_up = up.clone();
+    let oracle = FakeOracle::start(move |_| {
+        if is_up.load(Ordering::Relaxed) {
+            Reply::ok(json!({ "lease_ms": 200 }))
+        } else {
+            Reply::problem(503, "store-unavailable")
+        }
+    })
+    .await;
+    let events = Arc::new(Panicky::default());
+    let silo = Silo::new(
+        client(std::slice::from_ref(&oracle.url)),
+        "10.0.0.1:11111",
+        SiloOptions {
+            generation: Some(1),
+            interval: Duration::from_millis(40),
+            events: events.clone(),
+            backoff: Backoff::new(Duration::from_millis(10), Duration::from_millis(20), 1),
+            ..SiloOptions::default()
+        },
+    );
+    silo.join(Duration::from_secs(2)).await.unwrap();
+    for round in 1..=2 {
+        up.store(false, Ordering::Relaxed);
+        until("paused", || events.0.load(Ordering::Relaxed) == round).await;
+        up.store(true, Ordering::Relaxed);
+        until("runs again", || silo.may_run_grains()).await;
+    }
     silo.close();
 }
