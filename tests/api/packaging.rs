@@ -31,21 +31,26 @@ fn declared_target_folders(manifest: &str) -> Vec<String> {
     folders
 }
 
-/// The workspace's members other than the root package (`members = [".", "sdk/rust"]`).
+/// The workspace's members other than the root package (`members = [".", "sdk/rust"]`, on one
+/// line or several).
 fn workspace_members(manifest: &str) -> Vec<String> {
-    let Some(list) = manifest
-        .lines()
-        .map(str::trim)
-        .find_map(|line| line.strip_prefix("members"))
-    else {
+    let Some(start) = manifest.find("\nmembers") else {
         return Vec::new();
     };
-    list.trim_start_matches([' ', '=', '['])
-        .trim_end_matches(']')
-        .split(',')
+    let list = &manifest[start..];
+    let list = &list[list.find('[').map_or(0, |i| i + 1)..list.find(']').unwrap_or(list.len())];
+    list.split(',')
         .map(|m| m.trim().trim_matches('"').to_owned())
         .filter(|m| !m.is_empty() && m != ".")
         .collect()
+}
+
+#[test]
+fn workspace_members_are_read_from_one_line_or_several() {
+    let one = "[workspace]\nmembers = [\".\", \"sdk/rust\"]\n";
+    let several = "[workspace]\nmembers = [\n  \".\",\n  \"sdk/rust\",\n  \"integrations/x\",\n]\n";
+    assert_eq!(workspace_members(one), ["sdk/rust"]);
+    assert_eq!(workspace_members(several), ["sdk/rust", "integrations/x"]);
 }
 
 /// What each `COPY` line copies (sources only), in order, up to the first `cargo build`.
