@@ -82,11 +82,12 @@ class SimulatedSilo(Silo):
         super().__init__(client, address, **options)
         self.tally = tally
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
         try:
-            super().beat()
+            return super().beat()
         except OracleError as error:
-            if error.status not in OUT_OF_REACH:  # out of reach is what the lease is for
+            # Out of reach is what the lease is for; a 200 that is no heartbeat answer is not.
+            if error.status not in OUT_OF_REACH or error.problem == "unexpected-answer":
                 self.tally.count_unexpected(f"heartbeat answer {error.status} {error.problem}: {error.detail[:300]}")
             raise
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
+
+#: The longest `Retry-After` taken as given, seconds. The oracle sends a few seconds at most; a
+#: larger value (a proxy's, or garbage) is held to this, so no header can silence a client for good.
+MAX_RETRY_AFTER = 3600.0
 
 
 @dataclass
@@ -18,7 +23,8 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         self.attempt += 1
-        if retry_after is not None:
+        # NaN would compare false with every time and so put off the next attempt forever.
+        if retry_after is not None and not math.isnan(retry_after):
             return min(max(retry_after, 0.0), self.cap * 30)
         ceiling = min(self.cap, self.base * (2 ** min(self.attempt - 1, 30)))
         return self.rng.uniform(ceiling / 2, ceiling)
@@ -28,12 +34,14 @@ class Backoff:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After` header (the oracle sends whole seconds), None if absent or
-    not a number."""
+    """Seconds from a `Retry-After` header (the oracle sends whole seconds), None if absent, not a
+    number, negative or not finite; at most `MAX_RETRY_AFTER`."""
     if value is None:
         return None
     try:
         seconds = float(value)
     except ValueError:
         return None
-    return seconds if seconds >= 0 else None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER)

@@ -1,7 +1,8 @@
 """The HTTP side: one cluster's routes on any of the oracle's replicas, with a cluster key.
 
-A replica that does not answer, or answers 503, is left for the next one at once (the oracle's
-replicas are interchangeable); what the last one said is returned. Problems (RFC 9457) become
+A replica that does not answer, or answers 503 (or 502 or 504: a proxy in front of it could not
+reach it), is left for the next one at once (the oracle's replicas are interchangeable); what the
+last one said is returned. Problems (RFC 9457) become
 `OracleError` with their type's last segment (`silo-declared-dead`, …) and `Retry-After`.
 """
 
@@ -31,7 +32,15 @@ class OracleError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status in (0, 429, 503)
+        """Whether the same request may succeed later: nothing answered (or not as the oracle
+        answers), a rate limit, or the replica (or the proxy before it) unable to serve now."""
+        return self.status in (0, 429) or self.status in UNAVAILABLE
+
+
+#: Statuses that say this replica cannot serve now, not that the request is wrong: 503 is the
+#: oracle's own (load shed, store unreachable); 502 and 504 are a proxy's in front of a replica
+#: that is down or slow. Each sends the request to the next replica at once.
+UNAVAILABLE = (502, 503, 504)
 
 
 @dataclass
@@ -90,7 +99,7 @@ class OracleClient:
                 log.debug("oracle %s unreachable: %s", self.urls[index], error)
                 failure = OracleError(0, "unreachable", str(error))
                 continue
-            if response.status_code == 503 and turn + 1 < len(self.urls):
+            if response.status_code in UNAVAILABLE and turn + 1 < len(self.urls):
                 failure = _problem(response)
                 continue
             self._preferred = index

@@ -1,5 +1,6 @@
-"""A task run every `interval` seconds on a thread of its own until stopped; what it raises from
-the oracle is logged and the next round tries again."""
+"""A task run every `interval` seconds on a thread of its own until stopped; what it raises is
+logged and the next round tries again (a runtime's callback that raises, e.g. `hand_over`, must
+not end the thread for good: the work is still there)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ class Periodic:
                 self.tick()
             except OracleError as error:
                 log.debug("%s: %s", self.name, error)
+            except Exception:
+                log.exception("%s: a round raised", self.name)
 
     def stop(self) -> None:
         """Stops after the round under way, if any."""

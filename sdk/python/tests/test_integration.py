@@ -125,6 +125,7 @@ class SdkAgainstTheOracle(unittest.TestCase):
                 on_pause=lambda: events[name].append("pause"),
                 on_resume=lambda: events[name].append("resume"),
                 on_dead=lambda: events[name].append("dead"),
+                on_leave=lambda: events[name].append("leave"),
             )
 
         a, b, c = silo("a", 1), silo("b", 2), silo("c", 3)
@@ -174,6 +175,9 @@ class SdkAgainstTheOracle(unittest.TestCase):
         on_c = {g for g, (s, _) in where.items() if s == c.silo_id}
         self.assertTrue(on_c, "the test places some grains on c")
         self.assertEqual(c.stop(drain_deadline=20), 0)
+        self.assertEqual(events["c"], ["leave"], "told to stop what still ran, before the leave")
+        self.assertFalse(c.may_run_grains())
+        self.assertEqual(client.call("GET", f"/silos/{c.silo_id}").body["status"], "dead", "it left")
         worker.stop()
         self.assertEqual(set(handed), on_c)
         self.assertEqual(worker.completed, len(on_c))
@@ -209,6 +213,8 @@ class SdkAgainstTheOracle(unittest.TestCase):
 
         for s in (a, b):
             s.stop(drain_deadline=0.5)
+        for name in "ab":
+            self.assertEqual(events[name][-1], "leave", name)
         client.close()
 
 

@@ -1,17 +1,20 @@
 """Unit tests: lease arithmetic, backoff, edge aggregation bounds, the claim rule, the client's
-failover and problems, batched placement, and migrations still under way or refused (on httpx's
-MockTransport: no network)."""
+failover and problems, batched placement, migrations still under way or refused, a silo's leave
+(drain refused, deadline, death while stopping), hooks that raise, Retry-After bounded by the
+lease, and heartbeat answers without a lease (on httpx's MockTransport: no network)."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
+import time
 import unittest
 
 import httpx
 
-from typing import Any
+from typing import Any, Callable
 
 from placement_oracle_sdk import (
     Backoff,
@@ -27,7 +30,7 @@ from placement_oracle_sdk import (
     Silo,
     decide,
 )
-from placement_oracle_sdk.backoff import parse_retry_after
+from placement_oracle_sdk.backoff import MAX_RETRY_AFTER, parse_retry_after
 from placement_oracle_sdk.edges import MAX_EDGES_PER_REPORT
 
 
@@ -74,6 +77,14 @@ class BackoffTest(unittest.TestCase):
         self.assertIsNone(parse_retry_after(None))
         self.assertIsNone(parse_retry_after("soon"))
         self.assertIsNone(parse_retry_after("-3"))
+
+    def test_absurd_retry_after_values_are_ignored_or_bounded(self) -> None:
+        for absurd in ("nan", "NaN", "inf", "-inf", "1e400", "-0.5", ""):
+            self.assertIsNone(parse_retry_after(absurd), absurd)
+        self.assertEqual(parse_retry_after("99999999999"), MAX_RETRY_AFTER)
+        backoff = Backoff(base=0.1, cap=1.0, rng=random.Random(1))
+        self.assertLessEqual(backoff.next_delay(math.nan), 0.1, "NaN is no Retry-After: it would wait forever")
+        self.assertEqual(backoff.next_delay(math.inf), 30.0, "held to 30 times the cap")
 
 
 class EdgeCounterTest(unittest.TestCase):
@@ -127,6 +138,28 @@ def problem(status: int, kind: str, retry_after: str | None = None) -> httpx.Res
 
 
 class ClientTest(unittest.TestCase):
+    def test_a_proxy_answering_502_or_504_is_left_for_the_next_replica_as_503_is(self) -> None:
+        seen: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            seen.append(request.url.host)
+            if request.url.host == "a":
+                return httpx.Response(502, text="<html>bad gateway</html>")
+            if request.url.host == "b":
+                return httpx.Response(504, text="<html>gateway timeout</html>")
+            return httpx.Response(200, json={"ok": True})
+
+        client = OracleClient(["http://a", "http://b", "http://c"], "demo", transport=httpx.MockTransport(handler))
+        self.assertEqual(client.call("GET", "/silos").body, {"ok": True})
+        self.assertEqual(seen, ["a", "b", "c"])
+        for status in (502, 503, 504):
+            alone = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r, s=status: httpx.Response(s)))
+            with self.assertRaises(OracleError) as raised:
+                alone.call("GET", "/silos")
+            self.assertEqual(raised.exception.status, status)
+            self.assertTrue(raised.exception.retryable, status)
+        self.assertFalse(OracleError(500, "internal", "").retryable)
+
     def test_a_replica_that_fails_is_left_for_the_next_at_once(self) -> None:
         seen: list[str] = []
 
@@ -331,11 +364,11 @@ class SiloLeaseTest(unittest.TestCase):
 
         client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
         silo = Silo(client, "10.0.0.1:1", generation=1)
-        silo.beat()
+        self.assertFalse(silo.beat(), "not acknowledged for the incarnation now current")
         self.assertEqual(silo.silo_id, "10.0.0.1:1@2")
         self.assertFalse(silo.may_run_grains(), "generation 2 has not joined")
         self.assertEqual(silo.lease.until, 0.0)
-        silo.beat()
+        self.assertTrue(silo.beat())
         self.assertTrue(silo.may_run_grains_as("10.0.0.1:1@2"))
         self.assertFalse(silo.may_run_grains_as("10.0.0.1:1@1"), "a claim of generation 1 is not run")
 
@@ -357,6 +390,260 @@ class SiloLeaseTest(unittest.TestCase):
             self.assertFalse(silo.may_run_grains())
         finally:
             silo.close()
+
+
+
+def until(what: str, check: Callable[[], bool], within: float = 5.0) -> None:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"{what}: not within {within} s")
+        time.sleep(0.005)
+
+
+SILO_PATH = "/v1/clusters/demo/silos/10.0.0.1%3A1%401"
+
+
+class SiloLeaveTest(unittest.TestCase):
+    """Leaving releases the registrations: no grain may run here from just before the DELETE."""
+
+    def oracle(self, drain: httpx.Response, remaining: list[int]) -> tuple[OracleClient, list[str]]:
+        calls: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/heartbeats"):
+                body = json.loads(request.content)
+                calls.append(f"heartbeat {body['silo']} {body['status']}")
+                return httpx.Response(200, json={"lease_ms": 9000})
+            calls.append(f"{request.method} {request.url.raw_path.decode()}")
+            if request.url.path.endswith("/drain"):
+                return drain
+            if request.method == "GET":
+                left = remaining.pop(0) if len(remaining) > 1 else remaining[0]
+                return httpx.Response(200, json={"drain": {"remaining_activations": left}})
+            return httpx.Response(200, json={"released_activations": 0, "release_pending": False})
+
+        return OracleClient("http://a", "demo", transport=httpx.MockTransport(handler)), calls
+
+    def test_at_the_drain_deadline_the_grains_still_running_stop_before_the_leave(self) -> None:
+        client, calls = self.oracle(httpx.Response(200, json={"migrations": []}), [3])
+        seen: list[tuple[bool, int]] = []
+        silo: Silo
+
+        def on_leave() -> None:
+            seen.append((silo.may_run_grains_as("10.0.0.1:1@1"), len(calls)))
+
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=30.0, on_leave=on_leave)
+        silo.join()
+        self.assertTrue(silo.may_run_grains())
+        self.assertEqual(silo.stop(drain_deadline=0.05, poll=0.01), 3, "how many remained when it left")
+        self.assertEqual(len(seen), 1)
+        may_run, calls_before = seen[0]
+        self.assertFalse(may_run, "no grain may run once it is leaving")
+        self.assertEqual(calls[calls_before:], [f"DELETE {SILO_PATH}"], "on_leave comes before the DELETE")
+        self.assertFalse(silo.may_run_grains(), "nor after: the lease it still holds is no longer its to run")
+
+    def test_the_leave_is_sent_even_when_the_drain_is_refused(self) -> None:
+        client, calls = self.oracle(problem(403, "forbidden"), [0])
+        left: list[str] = []
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=30.0, on_leave=lambda: left.append("leave"))
+        silo.join()
+        with self.assertRaises(OracleError) as raised:
+            silo.stop(drain_deadline=1.0)
+        self.assertEqual(raised.exception.problem, "forbidden", "what the drain was told is what stop raises")
+        self.assertEqual(calls[-2:], [f"POST {SILO_PATH}/drain", f"DELETE {SILO_PATH}"])
+        self.assertEqual(left, ["leave"])
+        self.assertFalse(silo.may_run_grains())
+
+    def test_leave_stops_the_grains_and_leaves_at_once_without_a_drain(self) -> None:
+        client, calls = self.oracle(httpx.Response(200, json={}), [0])
+        left: list[str] = []
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=0.01, on_leave=lambda: left.append("leave"))
+        silo.join()
+        silo.leave()
+        self.assertEqual(left, ["leave"])
+        self.assertEqual([c for c in calls if not c.startswith("heartbeat")], [f"DELETE {SILO_PATH}"])
+        sent = len(calls)
+        time.sleep(0.05)
+        self.assertEqual(len(calls), sent, "no heartbeat after leaving")
+        self.assertFalse(silo.may_run_grains())
+
+    def test_a_death_while_stopping_ends_it_no_rejoin_and_the_leave_goes_to_that_incarnation(self) -> None:
+        dead = threading.Event()
+        calls: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/heartbeats"):
+                body = json.loads(request.content)
+                calls.append(f"heartbeat {body['silo']} {body['status']}")
+                if dead.is_set():
+                    return problem(409, "silo-declared-dead")
+                return httpx.Response(200, json={"lease_ms": 9000})
+            calls.append(f"{request.method} {request.url.raw_path.decode()}")
+            if request.url.path.endswith("/drain"):
+                dead.set()  # the oracle judges the silo dead while it drains
+                return httpx.Response(200, json={"migrations": []})
+            if request.method == "GET":
+                return httpx.Response(200, json={"drain": {"remaining_activations": 5}})
+            return httpx.Response(200, json={"released_activations": 0, "release_pending": False})
+
+        events: list[str] = []
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=0.01,
+                    on_dead=lambda: events.append("dead"), on_leave=lambda: events.append("leave"))
+        silo.join()
+        started = time.monotonic()
+        silo.stop(drain_deadline=10.0, poll=0.01)
+        self.assertLess(time.monotonic() - started, 5.0, "the death ended the wait for the drain")
+        self.assertEqual(events, ["dead"], "its grains were dropped once; nothing is left to stop")
+        self.assertEqual((silo.deaths, silo.silo_id), (1, "10.0.0.1:1@1"), "no next generation")
+        self.assertFalse([c for c in calls if "@2" in c], "nothing sent for a next generation")
+        self.assertEqual(calls[-1], f"DELETE {SILO_PATH}")
+        self.assertFalse(silo.may_run_grains())
+
+
+class HookFailureTest(unittest.TestCase):
+    """A runtime's hook that raises is logged; the silo goes on heartbeating and keeps its state."""
+
+    def test_an_on_pause_that_raises_does_not_stop_the_silos_timer(self) -> None:
+        down = threading.Event()
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if down.is_set():
+                return problem(503, "store-unavailable")
+            return httpx.Response(200, json={"lease_ms": 200})
+
+        events: list[str] = []
+
+        def on_pause() -> None:
+            events.append("pause")
+            raise RuntimeError("the runtime's bug")
+
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=0.02, on_pause=on_pause,
+                    on_resume=lambda: events.append("resume"))
+        with self.assertLogs("placement_oracle_sdk", "ERROR") as logged:
+            silo.join()
+            try:
+                down.set()
+                until("paused", lambda: events == ["pause"])
+                down.clear()
+                until("resumed after the hook raised", lambda: events == ["pause", "resume"])
+                self.assertTrue(silo.may_run_grains())
+            finally:
+                silo.close()
+        self.assertIn("on_pause of silo 10.0.0.1:1@1 raised", logged.output[0])
+
+    def test_an_on_dead_that_raises_still_rejoins_and_a_load_that_raises_still_heartbeats(self) -> None:
+        beats: list[dict[str, Any]] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content)
+            beats.append(body)
+            if body["silo"] == "10.0.0.1:1@1":
+                return problem(409, "silo-declared-dead")
+            return httpx.Response(200, json={"lease_ms": 9000})
+
+        def broken() -> dict[str, Any]:
+            raise ValueError("no load figures today")
+
+        def on_dead() -> None:
+            raise RuntimeError("could not drop")
+
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1, load=broken, on_dead=on_dead)
+        with self.assertLogs("placement_oracle_sdk", "ERROR") as logged:
+            with self.assertRaises(OracleError):
+                silo.beat()
+            self.assertFalse(silo._dropping, "the flag is reset whatever on_dead did")
+            self.assertTrue(silo.beat(), "the next generation heartbeats")
+        self.assertTrue(silo.may_run_grains_as("10.0.0.1:1@2"))
+        self.assertEqual(beats[-1], {"address": "10.0.0.1:1", "silo": "10.0.0.1:1@2", "status": "joining"})
+        self.assertTrue(any("on_dead of silo" in line for line in logged.output))
+        self.assertTrue(any("load of silo" in line for line in logged.output))
+
+    def test_an_on_leave_that_raises_still_leaves(self) -> None:
+        deleted: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "DELETE":
+                deleted.append(request.url.raw_path.decode())
+            return httpx.Response(200, json={"lease_ms": 9000})
+
+        def on_leave() -> None:
+            raise RuntimeError("could not stop")
+
+        silo = Silo(OracleClient("http://a", "demo", transport=httpx.MockTransport(handler)), "10.0.0.1:1",
+                    generation=1, on_leave=on_leave)
+        with self.assertLogs("placement_oracle_sdk", "ERROR"):
+            silo.leave()
+        self.assertEqual(deleted, [SILO_PATH])
+        self.assertFalse(silo.may_run_grains())
+
+
+class HeartbeatAnswerTest(unittest.TestCase):
+    def test_retry_after_never_keeps_a_silo_quiet_for_more_than_half_its_lease(self) -> None:
+        now = [0.0]
+        answers = [httpx.Response(200, json={"lease_ms": 9000}), problem(429, "rate-limited", "30")]
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r: answers.pop(0)))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=1.0, clock=lambda: now[0])
+        silo.beat()
+        now[0] = 1.0
+        with self.assertRaises(OracleError):
+            silo.beat()
+        self.assertEqual(silo._quiet_until, 1.0 + 4.0, "half of the 8 s it still holds, not 30 s")
+
+    def test_without_a_lease_retry_after_is_held_to_the_interval(self) -> None:
+        now = [0.0]
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r: problem(503, "overloaded", "30")))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=2.0, clock=lambda: now[0])
+        with self.assertRaises(OracleError):
+            silo.beat()
+        self.assertEqual(silo._quiet_until, 2.0)
+
+    def test_a_short_retry_after_is_waited_as_given(self) -> None:
+        now = [0.0]
+        answers = [httpx.Response(200, json={"lease_ms": 9000}), problem(429, "rate-limited", "1")]
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r: answers.pop(0)))
+        silo = Silo(client, "10.0.0.1:1", generation=1, interval=0.5, clock=lambda: now[0])
+        silo.beat()
+        with self.assertRaises(OracleError):
+            silo.beat()
+        self.assertEqual(silo._quiet_until, 1.0)
+
+    def test_a_200_without_a_numeric_lease_is_an_unexpected_answer_and_grants_nothing(self) -> None:
+        for answer in (
+            httpx.Response(200, json={"silo": "10.0.0.1:1@1"}),
+            httpx.Response(200, json={"lease_ms": "9000"}),
+            httpx.Response(200, json={"lease_ms": None}),
+            httpx.Response(200, json={"lease_ms": True}),
+            httpx.Response(200, json=[9000]),
+            httpx.Response(200, content=b'{"lease_ms": NaN}'),
+            httpx.Response(200, content=b'{"lease_ms": Infinity}'),
+            httpx.Response(200),
+        ):
+            client = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r, a=answer: a))
+            silo = Silo(client, "10.0.0.1:1", generation=1)
+            with self.assertRaises(OracleError) as raised:
+                silo.beat()
+            self.assertEqual((raised.exception.status, raised.exception.problem), (0, "unexpected-answer"))
+            self.assertFalse(silo.may_run_grains())
+
+    def test_an_answer_for_the_incarnation_before_a_death_does_not_make_the_next_one_active(self) -> None:
+        silo: Silo
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if json.loads(request.content)["silo"].endswith("@1"):
+                silo._declared_dead(1)  # told of the death on another thread meanwhile
+            return httpx.Response(200, json={"lease_ms": 9000})
+
+        silo = Silo(OracleClient("http://a", "demo", transport=httpx.MockTransport(handler)), "10.0.0.1:1", generation=1)
+        silo.status = "active"
+        silo._beat_quietly()
+        self.assertEqual((silo.silo_id, silo.status), ("10.0.0.1:1@2", "joining"),
+                         "generation 2 goes active on its own acknowledgement only")
+        silo._beat_quietly()
+        self.assertEqual(silo.status, "active")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ export class Backoff {
   /** The wait before the next attempt, ms; `retryAfter` is the oracle's, in seconds. */
   nextDelay(retryAfter?: number | null): number {
     this.attempt += 1;
-    if (retryAfter !== undefined && retryAfter !== null) {
+    // NaN would compare false with every time and so put off the next attempt forever.
+    if (retryAfter !== undefined && retryAfter !== null && !Number.isNaN(retryAfter)) {
       return Math.min(Math.max(retryAfter * 1000, 0), this.capMs * 30);
     }
     const ceiling = Math.min(this.capMs, this.baseMs * 2 ** Math.min(this.attempt - 1, 30));
@@ -63,13 +64,20 @@ export class Backoff {
 }
 
 /**
- * Seconds from a `Retry-After` header (the oracle sends whole seconds); null when absent or not a
- * number (an HTTP date is not something the oracle sends).
+ * The longest `Retry-After` taken as given, seconds. The oracle sends a few seconds at most; a
+ * larger value (a proxy's, or garbage) is held to this, so that no header silences a client for good.
+ */
+export const MAX_RETRY_AFTER_S = 3_600;
+
+/**
+ * Seconds from a `Retry-After` header (the oracle sends whole seconds), at most
+ * `MAX_RETRY_AFTER_S`; null when absent, not a number, negative or not finite (an HTTP date is not
+ * something the oracle sends).
  */
 export function parseRetryAfter(value: string | null | undefined): number | null {
   if (value === null || value === undefined || value.trim() === "") {
     return null;
   }
   const seconds = Number(value);
-  return Number.isFinite(seconds) && seconds >= 0 ? seconds : null;
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.min(seconds, MAX_RETRY_AFTER_S) : null;
 }

@@ -2,12 +2,13 @@
  * The HTTP side: one cluster's routes on any of the oracle's replicas, with a cluster key.
  *
  * The oracle's replicas are interchangeable (state lives in Postgres), so a replica that does not
- * answer, or answers 503 (load shed, or its store unreachable), is left for the next one at once;
+ * answer, or answers 503 (load shed, or its store unreachable) or 502 or 504 (a proxy in front of
+ * it could not reach it), is left for the next one at once;
  * what the last one said is what the caller gets. The replica that answered is asked first next
  * time, so a healthy cluster talks to one replica and a failed one costs one attempt per call.
  */
 
-import { OracleError, problemOf } from "./errors.js";
+import { OracleError, UNAVAILABLE, problemOf } from "./errors.js";
 import { consoleLogger, type Logger } from "./logger.js";
 
 /** The part of `fetch` the client uses; inject one to test without a network. */
@@ -89,9 +90,9 @@ export class OracleClient {
       let text: string;
       try {
         response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(this.timeoutMs) });
-        if (response.status === 503 && turn + 1 < this.urls.length) {
+        if (UNAVAILABLE.has(response.status) && turn + 1 < this.urls.length) {
           failure = await problemOf(response);
-          this.logger.debug(`oracle ${this.urls[index]} answered 503 (${failure.problem})`);
+          this.logger.debug(`oracle ${this.urls[index]} answered ${response.status} (${failure.problem})`);
           continue;
         }
         this.preferred = index;

@@ -23,11 +23,21 @@ export class OracleError extends Error {
     super(`${status} ${problem}: ${detail}`);
   }
 
-  /** Whether the same request may succeed later: nothing answered, a rate limit, or a 503. */
+  /**
+   * Whether the same request may succeed later: nothing answered (or not as the oracle answers), a
+   * rate limit, or the replica (or a proxy in front of it) unable to serve now.
+   */
   get retryable(): boolean {
-    return this.status === 0 || this.status === 429 || this.status === 503;
+    return this.status === 0 || this.status === 429 || UNAVAILABLE.has(this.status);
   }
 }
+
+/**
+ * Statuses that say this replica cannot serve now, not that the request is wrong: 503 is the
+ * oracle's own (load shed, store unreachable); 502 and 504 are a proxy's in front of a replica that
+ * is down or slow. The client sends the request to the next replica at once on each.
+ */
+export const UNAVAILABLE: ReadonlySet<number> = new Set([502, 503, 504]);
 
 /** Turns an error answer into an `OracleError`, whatever its body (a proxy may answer HTML). */
 export async function problemOf(response: Response): Promise<OracleError> {

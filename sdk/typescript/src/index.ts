@@ -3,7 +3,14 @@
  * placement with the registration rule, migrations carried out, edge reports, connection pools.
  */
 
-export { Backoff, parseRetryAfter, seededRandom, type BackoffOptions, type Random } from "./backoff.js";
+export {
+  Backoff,
+  MAX_RETRY_AFTER_S,
+  parseRetryAfter,
+  seededRandom,
+  type BackoffOptions,
+  type Random,
+} from "./backoff.js";
 export { decide, type Claim, type ForwardTo, type RunHere } from "./claim.js";
 export { monotonic, type Clock } from "./clock.js";
 export {
@@ -16,7 +23,7 @@ export {
 } from "./client.js";
 export { connect } from "./connect.js";
 export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, type Edge } from "./edges.js";
-export { OracleError } from "./errors.js";
+export { OracleError, UNAVAILABLE } from "./errors.js";
 export { Lease } from "./lease.js";
 export { consoleLogger, silentLogger, type Logger } from "./logger.js";
 export { MigrationWorker, type HandOver, type MigrationWorkerOptions } from "./migrations.js";

@@ -9,7 +9,15 @@
  * they resume under the same registrations; only when told `silo-declared-dead` are they dropped,
  * and the silo rejoins as the next generation. `stop()` drains first: the oracle issues migrations
  * for the silo's grains (a `MigrationWorker` carries them out), and the silo leaves once none
- * remains or at a deadline.
+ * remains or at a deadline, after `onLeave` has stopped the grains still running (`leave()` does
+ * the last two at once).
+ *
+ * Hooks, and what calls them: `onPause` comes from the silo's timer (the moment the lease runs
+ * out) or from the heartbeat that finds it ran out; `onResume` from the heartbeat acknowledged
+ * again; `onDead` from the heartbeat told the silo is dead, awaited before the next generation
+ * heartbeats; `onLeave` from `stop()`/`leave()`, awaited before the `DELETE`; `load` from each
+ * heartbeat. What a hook throws (or rejects with) is logged as a warning and goes no further: a
+ * hook that broke the silo's timers would cost it its lease.
  */
 
 import { Backoff } from "./backoff.js";
@@ -42,8 +50,16 @@ export interface SiloOptions {
   onPause?: Hook;
   /** A heartbeat was acknowledged again: run them again, under the same epochs. */
   onResume?: Hook;
-  /** Declared dead: drop every grain for good (the silo rejoins as the next generation). */
+  /**
+   * Declared dead: drop every grain for good (the silo rejoins as the next generation, unless it
+   * was stopping: then the death ends it).
+   */
   onDead?: Hook;
+  /**
+   * The silo is about to leave: stop every grain still running — their registrations are released
+   * by the leave.
+   */
+  onLeave?: Hook;
   clock?: Clock;
   backoff?: Backoff;
   logger?: Logger;
@@ -52,7 +68,10 @@ export interface SiloOptions {
 }
 
 export interface StopOptions {
-  /** How long to wait for the drain, ms (30 s by default); the silo leaves then regardless. */
+  /**
+   * How long to wait for the drain, ms (30 s by default); the silo leaves then regardless, after
+   * `onLeave` has stopped the grains still running.
+   */
   drainDeadlineMs?: number;
   /** Between reads of the drain's progress, ms. */
   pollMs?: number;
@@ -73,7 +92,7 @@ export class Silo {
   readonly logger: Logger;
   private readonly load: () => Load | Promise<Load>;
   private readonly fixed: Record<string, unknown>;
-  private readonly hooks: { onPause: Hook; onResume: Hook; onDead: Hook };
+  private readonly hooks: Record<HookName, Hook>;
   private readonly clock: Clock;
   private readonly backoff: Backoff;
   private readonly maxInFlight: number;
@@ -84,6 +103,10 @@ export class Silo {
   private paused = false;
   /** `onDead` is under way: the next incarnation's heartbeats wait until its grains are dropped. */
   private mourning = false;
+  /** Set for good by `stop()`/`leave()`: a death from then on ends the silo, it does not rejoin. */
+  private stopping = false;
+  /** Set for good just before the leave (or by a death while stopping): no grain runs again. */
+  private left = false;
   private timer: NodeJS.Timeout | undefined;
   private expiry: NodeJS.Timeout | undefined;
 
@@ -101,6 +124,7 @@ export class Silo {
       onPause: options.onPause ?? nothing,
       onResume: options.onResume ?? nothing,
       onDead: options.onDead ?? nothing,
+      onLeave: options.onLeave ?? nothing,
     };
     this.clock = options.clock ?? monotonic;
     this.backoff = options.backoff ?? new Backoff();
@@ -118,9 +142,9 @@ export class Silo {
     return this.quietUntil;
   }
 
-  /** Whether the silo holds its lease now: run grains only while this is true. */
+  /** Whether the silo holds its lease now: run grains only while this is true (never once it leaves). */
   mayRunGrains(): boolean {
-    return this.lease.holds(this.clock());
+    return !this.left && this.lease.holds(this.clock());
   }
 
   /**
@@ -149,43 +173,50 @@ export class Silo {
         if (!(error instanceof OracleError) || this.clock() >= deadline) throw error;
         if (error.problem === "silo-declared-dead") continue;
         if (!error.retryable) throw error;
-        await sleep(this.backoff.nextDelay(error.retryAfter));
+        // Not past the deadline: a long Retry-After is answered by throwing, not by waiting.
+        await sleep(Math.min(this.backoff.nextDelay(error.retryAfter), Math.max(0, deadline - this.clock())));
       }
     }
     this.startTimer();
   }
 
-  /** One heartbeat, now. Throws what the oracle refused (a death is handled first). */
-  async beat(): Promise<void> {
-    await this.heartbeat();
+  /**
+   * One heartbeat, now. Resolves whether it was acknowledged for the incarnation that sent it and
+   * is still current (false: that one was declared dead, or left, meanwhile, and the answer grants
+   * nothing). Throws what the oracle refused (a death is handled first), and an `OracleError`
+   * `unexpected-answer` (status 0) for a 200 without a numeric `lease_ms`.
+   */
+  async beat(): Promise<boolean> {
+    return this.heartbeat();
   }
 
-  /** Says whether the heartbeat was acknowledged for the incarnation that sent it. */
   private async heartbeat(): Promise<boolean> {
     // Taken before anything else: the lease may only be shorter than the oracle's, never longer.
     const sentAt = this.clock();
     const generation = this.generation;
     const silo = this.siloId;
-    const body = { ...this.fixed, ...(await this.load()), silo, status: this.status };
+    const status = this.status;
+    const body = { ...this.fixed, ...(await this.readLoad()), silo, status };
     let answer;
     try {
-      answer = await this.client.call<HeartbeatAnswer>("POST", "/heartbeats", { body });
+      answer = await this.client.call<HeartbeatAnswer | null>("POST", "/heartbeats", { body });
     } catch (error) {
       if (error instanceof OracleError) {
         if (error.problem === "silo-declared-dead") {
           // A heartbeat of an incarnation already given up on says nothing about the new one.
           if (generation === this.generation) await this.declaredDead();
         } else if (error.retryable) {
-          this.quietUntil = this.clock() + this.backoff.nextDelay(error.retryAfter);
+          this.quietAfter(error.retryAfter);
         }
       }
       throw error;
     }
-    if (generation !== this.generation) return false;
+    const leaseMs = leaseOf(answer.body);
+    if (generation !== this.generation || this.left) return false;
     this.backoff.reset();
     const now = this.clock();
     const lapsed = !this.lease.holds(now);
-    if (!this.lease.grant(sentAt, answer.body.lease_ms, now)) return true;
+    if (!this.lease.grant(sentAt, leaseMs, now)) return true;
     if (this.running && lapsed) {
       if (!this.paused) {
         // It ran out between two looks: say so, so that the hooks always come in pairs.
@@ -194,21 +225,53 @@ export class Silo {
       this.paused = false;
       this.logger.info(`silo ${this.siloId} holds its lease again: grains resume`);
       await this.hook("onResume");
+      // The hooks took time: a death or a leave meanwhile is not to be undone here.
+      if (generation !== this.generation || this.left) return false;
     }
     this.running = true;
     this.armExpiry();
     return true;
   }
 
+  /** Waits after a 429 or 503 as the oracle asked, but never past half the lease still held. */
+  private quietAfter(retryAfter: number | null): void {
+    const delay = this.backoff.nextDelay(retryAfter);
+    const now = this.clock();
+    // A rate limit or a shed load must not keep a silo silent until its lease runs out and its
+    // grains pause: it tries again by half the lease it holds (or one interval, if longer).
+    this.quietUntil = now + Math.min(delay, Math.max(this.intervalMs, this.lease.remaining(now) / 2));
+  }
+
+  /**
+   * The host's load. If `load` throws, the heartbeat goes without it (the oracle needs only the
+   * id): a heartbeat not sent could cost the lease, and with it every grain.
+   */
+  private async readLoad(): Promise<Load> {
+    try {
+      return await this.load();
+    } catch (error) {
+      this.logger.warn(`load of silo ${this.siloId} threw: this heartbeat reports none`, error);
+      return {};
+    }
+  }
+
   private async declaredDead(): Promise<void> {
+    if (this.left) return; // leaving already: `onLeave` stops the grains
     const old = this.siloId;
-    this.status = "joining";
     this.lease = new Lease();
     this.deaths += 1;
-    this.generation += 1;
     this.running = false;
     this.paused = false;
     clearTimeout(this.expiry);
+    if (this.stopping) {
+      // The death ends a stopping silo: no next generation, which nothing would drain or leave.
+      this.left = true;
+      this.logger.warn(`silo ${old} was declared dead while stopping: its grains are dropped`);
+      await this.hook("onDead");
+      return;
+    }
+    this.status = "joining";
+    this.generation += 1;
     this.logger.warn(`silo ${old} was declared dead: its grains are dropped; rejoining as ${this.siloId}`);
     this.mourning = true;
     try {
@@ -225,7 +288,7 @@ export class Silo {
   }
 
   private tick(): void {
-    if (!this.mourning && this.clock() >= this.quietUntil && this.inFlight.size < this.maxInFlight) {
+    if (!this.mourning && !this.left && this.clock() >= this.quietUntil && this.inFlight.size < this.maxInFlight) {
       // Each heartbeat on its own: a slow one does not hold back the next.
       const beat: Promise<void> = this.beatQuietly().finally(() => this.inFlight.delete(beat));
       this.inFlight.add(beat);
@@ -234,8 +297,11 @@ export class Silo {
   }
 
   private async beatQuietly(): Promise<void> {
+    const generation = this.generation;
     try {
-      if ((await this.heartbeat()) && this.status === "joining") {
+      // Active only on its own acknowledgement: an answer for the incarnation before a death must
+      // not make the next one active before its first (`joining`) heartbeat.
+      if ((await this.heartbeat()) && this.generation === generation && this.status === "joining") {
         this.status = "active";
       }
     } catch (error) {
@@ -267,39 +333,76 @@ export class Silo {
     await this.hook("onPause");
   }
 
-  private async hook(name: "onPause" | "onResume" | "onDead"): Promise<void> {
+  /** Calls one of the runtime's hooks; what it throws is logged, never passed on. */
+  private async hook(name: HookName): Promise<void> {
     try {
       await this.hooks[name]();
     } catch (error) {
-      this.logger.warn(`${name} of silo ${this.siloId} threw: ${String(error)}`);
+      this.logger.warn(`${name} of silo ${this.siloId} threw: ${String(error)}`, error);
     }
   }
 
   /**
    * Drains and leaves: asks the oracle to move every grain away (carried out by the silo's
    * `MigrationWorker`, which must keep running), heartbeating as `shutting_down` meanwhile, waits
-   * until none remains or the deadline, then leaves. Returns how many activations remained when it
+   * until none remains or the deadline, then leaves as `leave()` does (`onLeave` stops the grains
+   * still running first). The drain and the leave both need a key with the `operator` scope. It
+   * leaves even when the drain could not be asked for (and then throws what the oracle said); a
+   * death meanwhile ends it (`onDead`, no rejoin). Resolves how many activations remained when it
    * left.
    */
   async stop(options: StopOptions = {}): Promise<number> {
-    const path = `/silos/${encodeURIComponent(this.siloId)}`;
+    const silo = this.beginStopping();
+    const path = `/silos/${encodeURIComponent(silo)}`;
     const pollMs = options.pollMs ?? 200;
-    this.status = "shutting_down";
     let remaining = -1;
     try {
       await this.client.call("POST", `${path}/drain`);
       const deadline = this.clock() + (options.drainDeadlineMs ?? 30_000);
-      while (this.clock() < deadline) {
-        const silo = await this.client.call<SiloView>("GET", path);
-        remaining = silo.body.drain?.remaining_activations ?? 0;
+      while (this.clock() < deadline && !this.left) {
+        const view = await this.client.call<SiloView>("GET", path);
+        remaining = view.body.drain?.remaining_activations ?? 0;
         if (remaining === 0) break;
         await sleep(pollMs);
       }
     } finally {
-      await this.close();
+      await this.leaveAs(silo);
     }
-    await this.client.call("DELETE", path);
     return Math.max(remaining, 0);
+  }
+
+  /**
+   * Leaves at once, without draining: stops heartbeating, stops the grains still running
+   * (`onLeave`), then `DELETE …/silos/{silo}` (a key with the `operator` scope) releases their
+   * registrations, so that they are placed anew on their next call.
+   */
+  async leave(): Promise<void> {
+    await this.leaveAs(this.beginStopping());
+  }
+
+  /**
+   * From now on a death ends the silo instead of rejoining it. Returns the incarnation that is
+   * stopping: the one the leave is for, whatever happens meanwhile.
+   */
+  private beginStopping(): string {
+    this.stopping = true;
+    this.status = "shutting_down";
+    return this.siloId;
+  }
+
+  /**
+   * Stops heartbeating and makes sure no grain runs before the `DELETE`: the oracle places the
+   * silo's grains anew the moment it answers, so one still running here would run twice.
+   */
+  private async leaveAs(silo: string): Promise<void> {
+    await this.close();
+    const died = this.left; // declared dead while stopping: `onDead` has dropped the grains
+    this.left = true;
+    if (!died) {
+      this.logger.info(`silo ${silo} leaves: the grains still running stop`);
+      await this.hook("onLeave");
+    }
+    await this.client.call("DELETE", `/silos/${encodeURIComponent(silo)}`);
   }
 
   /** Stops heartbeating without leaving (the oracle will judge the silence). */
@@ -310,4 +413,19 @@ export class Silo {
     this.expiry = undefined;
     await Promise.allSettled([...this.inFlight]);
   }
+}
+
+type HookName = "onPause" | "onResume" | "onDead" | "onLeave";
+
+/**
+ * The lease an acknowledgement grants, ms. A 200 without a finite number there is no answer the
+ * oracle gives (a proxy's page, another service on the port): it grants nothing, and says so.
+ */
+function leaseOf(body: unknown): number {
+  const lease = body !== null && typeof body === "object" ? (body as Record<string, unknown>)["lease_ms"] : undefined;
+  if (typeof lease !== "number" || !Number.isFinite(lease)) {
+    const text = JSON.stringify(body) ?? String(body);
+    throw new OracleError(0, "unexpected-answer", `a heartbeat answered without lease_ms: ${text.slice(0, 200)}`);
+  }
+  return lease;
 }

@@ -172,6 +172,7 @@ test("a cluster of SDK silos through placements, a drain, an oracle outage and a
         onPause: () => void events[name]?.push("pause"),
         onResume: () => void events[name]?.push("resume"),
         onDead: () => void events[name]?.push("dead"),
+        onLeave: () => void events[name]?.push("leave"),
       });
     const [a, b, c] = [silo("a", 1), silo("b", 2), silo("c", 3)];
     silos.push(a, b, c);
@@ -232,6 +233,10 @@ test("a cluster of SDK silos through placements, a drain, an oracle outage and a
     const onC = new Set([...where].filter(([, at]) => at.silo === c.siloId).map(([grain]) => grain));
     assert.ok(onC.size > 0, "the test places some grains on c");
     assert.equal(await c.stop({ drainDeadlineMs: 20_000 }), 0, "c leaves with no activation left");
+    assert.deepEqual(events["c"], ["leave"], "told to stop what still ran, before the leave");
+    assert.equal(c.mayRunGrains(), false);
+    const gone = await client.call<SiloView>("GET", `/silos/${encodeURIComponent(c.siloId)}`);
+    assert.equal(gone.body.status, "dead", "it left");
     await worker.stop();
     assert.deepEqual(new Set(handed), onC);
     assert.equal(worker.completed, onC.size);
@@ -274,6 +279,8 @@ test("a cluster of SDK silos through placements, a drain, an oracle outage and a
     for (const s of [a, b]) {
       await s.stop({ drainDeadlineMs: 500 });
     }
+    assert.equal(events["a"]?.at(-1), "leave");
+    assert.equal(events["b"]?.at(-1), "leave");
   } finally {
     await Promise.all(silos.map((s) => s.close()));
     await oracle.kill();

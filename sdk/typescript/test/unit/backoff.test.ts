@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { Backoff, parseRetryAfter, seededRandom } from "../../src/index.js";
+import { Backoff, MAX_RETRY_AFTER_S, parseRetryAfter, seededRandom } from "../../src/index.js";
 
 describe("Backoff", () => {
   test("Retry-After wins, and otherwise delays grow with jitter within the cap", () => {
@@ -49,5 +49,15 @@ describe("Backoff", () => {
     assert.equal(parseRetryAfter(""), null);
     assert.equal(parseRetryAfter("soon"), null);
     assert.equal(parseRetryAfter("-3"), null);
+  });
+
+  test("absurd Retry-After values are ignored or bounded, never thrown on", () => {
+    for (const absurd of ["NaN", "Infinity", "-Infinity", "1e400", "-0.5", "  "]) {
+      assert.equal(parseRetryAfter(absurd), null, absurd);
+    }
+    assert.equal(parseRetryAfter("99999999999"), MAX_RETRY_AFTER_S);
+    const backoff = new Backoff({ baseMs: 100, capMs: 1_000, rng: () => 0 });
+    assert.equal(backoff.nextDelay(Number.NaN), 50, "NaN is no Retry-After: it would put the next attempt off forever");
+    assert.equal(backoff.nextDelay(Number.POSITIVE_INFINITY), 30_000, "held to thirty times the cap");
   });
 });

@@ -19,6 +19,25 @@ describe("OracleClient", () => {
     assert.equal(fetch.sent.length, 4);
   });
 
+  test("a proxy's 502 or 504 is left for the next replica at once, as a 503 is; all three are retryable", async () => {
+    const fetch = fakeFetch(({ url }) => {
+      if (url.hostname === "a") return new Response("<html>bad gateway</html>", { status: 502 });
+      if (url.hostname === "b") return new Response("<html>gateway timeout</html>", { status: 504 });
+      return json({ ok: true });
+    });
+    const client = new OracleClient(["http://a", "http://b", "http://c"], "demo", { fetch, logger: silentLogger });
+    assert.deepEqual((await client.call("GET", "/silos")).body, { ok: true });
+    assert.deepEqual(fetch.sent.map(({ url }) => url.hostname), ["a", "b", "c"]);
+    for (const status of [502, 503, 504]) {
+      const alone = new OracleClient("http://a", "demo", {
+        fetch: fakeFetch(() => new Response(null, { status })),
+        logger: silentLogger,
+      });
+      await assert.rejects(alone.call("GET", "/silos"), { status, retryable: true });
+    }
+    assert.equal(new OracleError(500, "internal", "").retryable, false);
+  });
+
   test("a replica slower than the timeout counts as unreachable", async () => {
     // A replica that never answers, until the client's signal gives up on it (a real socket would
     // keep the process alive meanwhile; AbortSignal.timeout's own timer does not, so this does).

@@ -236,3 +236,266 @@ describe("Silo", () => {
     assert.equal(fetch.sent.length, beats, "no heartbeat after leaving");
   });
 });
+
+/** A fake oracle for a silo that stops: heartbeats acknowledged, the drain answered as given. */
+function stoppingOracle(drain: () => Response, remaining: () => number) {
+  return fakeFetch(({ method, url }) => {
+    if (url.pathname.endsWith("/heartbeats")) return json({ lease_ms: 9_000 });
+    if (method === "POST" && url.pathname.endsWith("/drain")) return drain();
+    if (method === "GET") {
+      const left = remaining();
+      return json({ silo: "10.0.0.1:1@1", status: "shutting_down", drain: { remaining_activations: left, migrating: left, requested_at_ms: 1 } });
+    }
+    return json({ silo: "10.0.0.1:1@1", released_activations: 0, release_pending: false });
+  });
+}
+
+const SILO_PATH = "/v1/clusters/demo/silos/10.0.0.1%3A1%401";
+
+function calls(sent: readonly Sent[]): string[] {
+  return sent.filter(({ url }) => !url.pathname.endsWith("/heartbeats")).map(({ method, url }) => `${method} ${url.pathname}`);
+}
+
+describe("Silo leaving", () => {
+  test("at the drain deadline the grains still running stop, and may not run, before the leave", async () => {
+    const fetch = stoppingOracle(() => json({ migrations: [] }), () => 3);
+    const seen: { mayRun: boolean; sent: number }[] = [];
+    const silo: Silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 5,
+      onLeave: () => {
+        seen.push({ mayRun: silo.mayRunGrainsAs("10.0.0.1:1@1"), sent: fetch.sent.length });
+      },
+    });
+    await silo.join();
+    assert.equal(silo.mayRunGrains(), true);
+    assert.equal(await silo.stop({ drainDeadlineMs: 30, pollMs: 5 }), 3, "how many remained when it left");
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]?.mayRun, false, "no grain may run once it is leaving");
+    assert.deepEqual(calls(fetch.sent.slice(seen[0]?.sent)), [`DELETE ${SILO_PATH}`], "onLeave comes before the DELETE");
+    assert.equal(silo.mayRunGrains(), false, "nor after: the lease it still holds is no longer its to run");
+  });
+
+  test("the leave is sent even when the drain is refused", async () => {
+    const fetch = stoppingOracle(() => problem(403, "forbidden"), () => 0);
+    const events: string[] = [];
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 5,
+      onLeave: () => {
+        events.push("leave");
+      },
+    });
+    await silo.join();
+    await assert.rejects(silo.stop(), { status: 403, problem: "forbidden" }, "what the drain was told is what stop throws");
+    assert.deepEqual(calls(fetch.sent), [`POST ${SILO_PATH}/drain`, `DELETE ${SILO_PATH}`]);
+    assert.deepEqual(events, ["leave"]);
+    assert.equal(silo.mayRunGrains(), false);
+  });
+
+  test("leave stops the grains and leaves at once, without a drain, and heartbeats no more", async () => {
+    const fetch = stoppingOracle(() => json({}), () => 0);
+    const events: string[] = [];
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 2,
+      onLeave: () => {
+        events.push("leave");
+      },
+    });
+    await silo.join();
+    await silo.leave();
+    assert.deepEqual(events, ["leave"]);
+    assert.deepEqual(calls(fetch.sent), [`DELETE ${SILO_PATH}`]);
+    const sent = fetch.sent.length;
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    assert.equal(fetch.sent.length, sent, "no heartbeat after leaving");
+    assert.equal(silo.mayRunGrains(), false);
+  });
+
+  test("a death while stopping ends it: no rejoin, and the leave goes to the incarnation that stopped", async () => {
+    let dead = false;
+    const fetch = fakeFetch(({ method, url, body }) => {
+      if (url.pathname.endsWith("/heartbeats")) {
+        return dead ? problem(409, "silo-declared-dead") : json({ silo: (body as { silo: string }).silo, lease_ms: 9_000 });
+      }
+      if (method === "POST") {
+        dead = true; // the oracle judges the silo dead while it drains
+        return json({ migrations: [] });
+      }
+      if (method === "GET") return json({ silo: "10.0.0.1:1@1", status: "shutting_down", drain: { remaining_activations: 5 } });
+      return json({ silo: "10.0.0.1:1@1", released_activations: 0, release_pending: false });
+    });
+    const events: string[] = [];
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 2,
+      onDead: () => {
+        events.push("dead");
+      },
+      onLeave: () => {
+        events.push("leave");
+      },
+    });
+    await silo.join();
+    const started = performance.now();
+    await silo.stop({ drainDeadlineMs: 10_000, pollMs: 2 });
+    assert.ok(performance.now() - started < 5_000, "the death ended the wait for the drain");
+    assert.deepEqual(events, ["dead"], "its grains were dropped once; nothing is left to stop");
+    assert.equal(silo.deaths, 1);
+    assert.equal(silo.siloId, "10.0.0.1:1@1", "no next generation");
+    const heartbeats = fetch.sent.filter(({ url }) => url.pathname.endsWith("/heartbeats"));
+    assert.ok(!heartbeats.some((request) => heartbeatBody(request).silo.endsWith("@2")), "nothing sent for a next generation");
+    assert.equal(calls(fetch.sent).at(-1), `DELETE ${SILO_PATH}`);
+    assert.equal(silo.mayRunGrains(), false);
+  });
+});
+
+/** A logger that keeps the warnings, to see that what a hook threw was said. */
+function keptWarnings(): { warnings: string[]; logger: typeof silentLogger } {
+  const warnings: string[] = [];
+  return { warnings, logger: { ...silentLogger, warn: (message: string) => void warnings.push(message) } };
+}
+
+describe("Silo hooks that throw", () => {
+  test("an onPause that throws does not stop the silo's timers: it resumes", async () => {
+    let up = true;
+    const fetch = fakeFetch(() => (up ? json({ lease_ms: 100 }) : problem(503, "store-unavailable")));
+    const events: string[] = [];
+    const { warnings, logger } = keptWarnings();
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 5,
+      logger,
+      onPause: () => {
+        events.push("pause");
+        throw new Error("the runtime's bug");
+      },
+      onResume: async () => {
+        events.push("resume");
+      },
+    });
+    await silo.join();
+    try {
+      up = false;
+      await until("paused", () => events.length === 1);
+      up = true;
+      await until("resumed after the hook threw", () => events.length === 2);
+      assert.deepEqual(events, ["pause", "resume"]);
+      assert.equal(silo.mayRunGrains(), true);
+      assert.ok(warnings.some((w) => w.startsWith("onPause of silo 10.0.0.1:1@1 threw")), warnings.join("\n"));
+    } finally {
+      await silo.close();
+    }
+  });
+
+  test("an onDead that rejects still rejoins, and a load that throws still heartbeats", async () => {
+    const fetch = fakeFetch((request) =>
+      heartbeatBody(request).silo.endsWith("@1") ? problem(409, "silo-declared-dead") : json({ lease_ms: 9_000 }),
+    );
+    const { warnings, logger } = keptWarnings();
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      logger,
+      load: () => {
+        throw new Error("no load figures today");
+      },
+      onDead: () => Promise.reject(new Error("could not drop")),
+    });
+    await assert.rejects(silo.beat(), { problem: "silo-declared-dead" });
+    assert.equal(await silo.beat(), true, "the next generation heartbeats");
+    assert.equal(silo.mayRunGrainsAs("10.0.0.1:1@2"), true);
+    assert.deepEqual(heartbeatBody(fetch.sent.at(-1) as Sent), { address: "10.0.0.1:1", silo: "10.0.0.1:1@2", status: "joining" });
+    assert.ok(warnings.some((w) => w.startsWith("onDead of silo")), warnings.join("\n"));
+    assert.ok(warnings.some((w) => w.startsWith("load of silo")), warnings.join("\n"));
+  });
+
+  test("an onLeave that throws still leaves", async () => {
+    const fetch = stoppingOracle(() => json({}), () => 0);
+    const { warnings, logger } = keptWarnings();
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      logger,
+      onLeave: () => {
+        throw new Error("could not stop");
+      },
+    });
+    await silo.leave();
+    assert.deepEqual(calls(fetch.sent), [`DELETE ${SILO_PATH}`]);
+    assert.equal(silo.mayRunGrains(), false);
+    assert.ok(warnings.some((w) => w.startsWith("onLeave of silo")));
+  });
+});
+
+describe("Silo heartbeat answers", () => {
+  test("Retry-After never keeps a silo quiet for more than half the lease it holds", async () => {
+    const time = manualClock(0);
+    const answers = [json({ lease_ms: 9_000 }), problem(429, "rate-limited", "30")];
+    const client = new OracleClient("http://a", "demo", {
+      fetch: fakeFetch(() => answers.shift() ?? problem(503, "store-unavailable")),
+      logger: silentLogger,
+    });
+    const silo = new Silo(client, "10.0.0.1:1", { generation: 1, intervalMs: 1_000, clock: time.clock });
+    await silo.beat();
+    time.now = 1_000;
+    await assert.rejects(silo.beat(), { status: 429 });
+    assert.equal(silo.nextHeartbeatAt, 1_000 + 4_000, "half of the 8 s it still holds, not 30 s");
+  });
+
+  test("without a lease, Retry-After is held to the interval", async () => {
+    const time = manualClock(0);
+    const client = new OracleClient("http://a", "demo", {
+      fetch: fakeFetch(() => problem(503, "overloaded", "30")),
+      logger: silentLogger,
+    });
+    const silo = new Silo(client, "10.0.0.1:1", { generation: 1, intervalMs: 2_000, clock: time.clock });
+    await assert.rejects(silo.beat(), { status: 503 });
+    assert.equal(silo.nextHeartbeatAt, 2_000);
+  });
+
+  test("a 200 without a numeric lease_ms is an unexpected answer and grants nothing", async () => {
+    const answers: (() => Response)[] = [
+      () => json({ silo: "10.0.0.1:1@1" }),
+      () => json({ lease_ms: "9000" }),
+      () => json({ lease_ms: null }),
+      () => json([9_000]),
+      () => json(null),
+      () => new Response(null, { status: 200 }),
+    ];
+    for (const answer of answers) {
+      const client = new OracleClient("http://a", "demo", { fetch: fakeFetch(answer), logger: silentLogger });
+      const silo = new Silo(client, "10.0.0.1:1", { generation: 1 });
+      await assert.rejects(silo.beat(), (error: unknown) => {
+        assert.ok(error instanceof OracleError, String(error));
+        assert.equal(error.status, 0);
+        assert.equal(error.problem, "unexpected-answer");
+        return true;
+      });
+      assert.equal(silo.mayRunGrains(), false);
+    }
+  });
+
+  test("an answer for the incarnation before a death does not make the next one active", async () => {
+    let release: (response: Response) => void = () => {};
+    const slow = new Promise<Response>((resolve) => {
+      release = resolve;
+    });
+    const fetch = fakeFetch((request) => {
+      if (fetch.sent.length === 1) return slow; // the timer's heartbeat of generation 1, on its way
+      return heartbeatBody(request).silo.endsWith("@1") ? problem(409, "silo-declared-dead") : json({ lease_ms: 9_000 });
+    });
+    const silo = new Silo(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), "10.0.0.1:1", {
+      generation: 1,
+      intervalMs: 60_000,
+    });
+    const internals = silo as unknown as { beatQuietly(): Promise<void> };
+    silo.status = "active";
+    const late = internals.beatQuietly();
+    await assert.rejects(silo.beat(), { problem: "silo-declared-dead" });
+    release(json({ lease_ms: 9_000 }));
+    await late;
+    assert.equal(silo.siloId, "10.0.0.1:1@2");
+    assert.equal(silo.status, "joining", "generation 2 goes active on its own acknowledgement only");
+    assert.equal(await silo.beat(), true);
+  });
+});
