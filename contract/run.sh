@@ -109,6 +109,12 @@ ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/o
 step "The TypeScript SDK (sdk/typescript): npm ci, tsc strict, unit tests, and SDK silos against an oracle of their own on Postgres (oracle_sdk_ts), stopped and started"
 npm --prefix sdk/typescript ci --no-audit --no-fund --loglevel=error
 npm --prefix sdk/typescript run --silent build
+# dist/src is committed (npm does not build a folder it links): it must be what the build makes.
+if ! git diff --quiet -- sdk/typescript/dist/src || [[ -n $(git status --porcelain -- sdk/typescript/dist/src) ]]; then
+  echo "sdk/typescript/dist/src differs from what npm run build makes: commit the build" >&2
+  git status --short -- sdk/typescript/dist/src >&2
+  exit 1
+fi
 npm --prefix sdk/typescript test
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk_ts WITH (FORCE)" -c "CREATE DATABASE oracle_sdk_ts"
 ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk_ts" \

@@ -1,0 +1,2 @@
+export const monotonic = () => performance.now();
+//# sourceMappingURL=clock.js.map
