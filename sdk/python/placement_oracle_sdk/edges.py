@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 #: Edges per report: the oracle's limit on one `POST …/edges`.
 MAX_EDGES_PER_REPORT = 10_000
+#: Bytes of JSON per report, well inside the oracle's request body limit (1 MiB by default).
+MAX_REPORT_BYTES = 768 * 1024
+#: What one edge costs in a report beside its two ids (names, quotes, the count).
+EDGE_OVERHEAD_BYTES = 48
 #: Largest count of one edge the oracle takes.
 MAX_COUNT = 1_000_000_000
 
@@ -49,13 +53,28 @@ class EdgeCounter:
             return len(self._counts)
 
     def take_batches(self) -> list[list[Edge]]:
-        """Everything counted so far, emptied, in batches of at most MAX_EDGES_PER_REPORT."""
+        """Everything counted so far, emptied, in batches of at most MAX_EDGES_PER_REPORT edges
+        and about MAX_REPORT_BYTES of JSON."""
         with self._lock:
             counts, self._counts = self._counts, {}
-        edges = [Edge(a, b, n) for (a, b), n in counts.items()]
-        return [
-            edges[i : i + MAX_EDGES_PER_REPORT] for i in range(0, len(edges), MAX_EDGES_PER_REPORT)
-        ]
+        batches: list[list[Edge]] = []
+        batch: list[Edge] = []
+        size = 0
+        for (a, b), n in counts.items():
+            cost = len(a.encode()) + len(b.encode()) + EDGE_OVERHEAD_BYTES
+            if len(batch) == MAX_EDGES_PER_REPORT or (batch and size + cost > MAX_REPORT_BYTES):
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(Edge(a, b, n))
+            size += cost
+        if batch:
+            batches.append(batch)
+        return batches
+
+    def drop(self, batch: list[Edge]) -> None:
+        """Counts a batch the oracle refused as such as dropped (it would fail again)."""
+        with self._lock:
+            self.dropped += sum(edge.count for edge in batch)
 
     def put_back(self, batch: list[Edge]) -> None:
         """Returns a batch that could not be reported (it is counted again, within the bound)."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from .client import OracleClient, OracleError
 from .edges import EdgeCounter
 from .periodic import Periodic
+
+log = logging.getLogger("placement_oracle_sdk")
 
 
 class EdgeReporter(Periodic):
@@ -26,15 +30,22 @@ class EdgeReporter(Periodic):
         return self.report_once()
 
     def report_once(self) -> int:
-        """Sends what was counted; a batch the oracle did not take is counted again."""
+        """Sends what was counted. A batch that could not be delivered is counted again; one the
+        oracle refused as such (422, 413) would fail for ever, so it is dropped and counted in
+        `counter.dropped`."""
         sent = 0
         batches = self.counter.take_batches()
         for i, batch in enumerate(batches):
             body = {"edges": [{"from": e.from_grain, "to": e.to_grain, "count": e.count} for e in batch]}
             try:
                 self.client.call("POST", "/edges", body)
-            except OracleError:
-                for rest in batches[i:]:
+            except OracleError as error:
+                retry = i
+                if not error.retryable:
+                    log.warning("an edge report of %d edges was refused (%s); they are dropped", len(batch), error)
+                    self.counter.drop(batch)
+                    retry = i + 1
+                for rest in batches[retry:]:
                     self.counter.put_back(rest)
                 raise
             sent += len(batch)

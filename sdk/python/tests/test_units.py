@@ -31,7 +31,7 @@ from placement_oracle_sdk import (
     decide,
 )
 from placement_oracle_sdk.backoff import MAX_RETRY_AFTER, parse_retry_after
-from placement_oracle_sdk.edges import MAX_EDGES_PER_REPORT
+from placement_oracle_sdk.edges import MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES
 
 
 class LeaseTest(unittest.TestCase):
@@ -88,6 +88,31 @@ class BackoffTest(unittest.TestCase):
 
 
 class EdgeCounterTest(unittest.TestCase):
+    def test_batches_of_long_ids_stay_within_the_report_size(self) -> None:
+        edges = EdgeCounter(max_pairs=20_000)
+        long = "x" * 200
+        for i in range(5_000):
+            edges.record(f"{long}/{i}", "hub")
+        batches = edges.take_batches()
+        self.assertGreater(len(batches), 1)
+        for batch in batches:
+            body = json.dumps({"edges": [{"from": e.from_grain, "to": e.to_grain, "count": e.count} for e in batch]})
+            self.assertLessEqual(len(body.encode()), MAX_REPORT_BYTES)
+        self.assertEqual(sum(len(b) for b in batches), 5_000)
+
+    def test_a_refused_report_is_dropped_and_an_undelivered_one_counted_again(self) -> None:
+        answers = [problem(422, "invalid-input"), problem(503, "store-unavailable", "1")]
+        client = OracleClient("http://a", "demo", transport=httpx.MockTransport(lambda r: answers.pop(0)))
+        reporter = EdgeReporter(client)
+        reporter.record_call("user/a", "user/b", 3)
+        with self.assertRaises(OracleError):
+            reporter.report_once()
+        self.assertEqual((len(reporter.counter), reporter.counter.dropped), (0, 3), "refused: dropped")
+        reporter.record_call("user/a", "user/c", 2)
+        with self.assertRaises(OracleError):
+            reporter.report_once()
+        self.assertEqual((len(reporter.counter), reporter.counter.dropped), (1, 3), "undelivered: kept")
+
     def test_a_pair_and_its_reverse_are_one_edge_and_self_calls_are_left_out(self) -> None:
         edges = EdgeCounter()
         edges.record("user/a", "user/b")

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 /// Edges per report: the oracle's limit on one `POST …/edges`.
 pub const MAX_EDGES_PER_REPORT: usize = 10_000;
 /// Bytes of JSON per report, well inside the oracle's request body limit (1 MiB by default).
-pub const MAX_REPORT_BYTES: usize = 512 * 1024;
+pub const MAX_REPORT_BYTES: usize = 768 * 1024;
 /// What one edge costs in a report beside its two ids (names, quotes, the count).
 const EDGE_OVERHEAD_BYTES: usize = 48;
 /// The largest count of one edge the oracle takes.

@@ -22,7 +22,7 @@ export {
   type Params,
 } from "./client.js";
 export { connect } from "./connect.js";
-export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, type Edge } from "./edges.js";
+export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES, type Edge } from "./edges.js";
 export { OracleError, UNAVAILABLE } from "./errors.js";
 export { Lease } from "./lease.js";
 export { consoleLogger, silentLogger, type Logger } from "./logger.js";

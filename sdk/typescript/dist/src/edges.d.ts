@@ -8,6 +8,8 @@
  */
 /** Edges per report: the oracle's limit on one `POST …/edges`. */
 export declare const MAX_EDGES_PER_REPORT = 10000;
+/** Bytes of JSON per report, well inside the oracle's request body limit (1 MiB by default). */
+export declare const MAX_REPORT_BYTES: number;
 /** The largest count of one edge the oracle takes. */
 export declare const MAX_COUNT = 1000000000;
 export interface Edge {

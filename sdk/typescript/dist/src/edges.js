@@ -8,6 +8,10 @@
  */
 /** Edges per report: the oracle's limit on one `POST …/edges`. */
 export const MAX_EDGES_PER_REPORT = 10_000;
+/** Bytes of JSON per report, well inside the oracle's request body limit (1 MiB by default). */
+export const MAX_REPORT_BYTES = 768 * 1024;
+/** What one edge costs in a report beside its two ids (names, quotes, the count). */
+const EDGE_OVERHEAD_BYTES = 48;
 /** The largest count of one edge the oracle takes. */
 export const MAX_COUNT = 1_000_000_000;
 /** Grain names never hold control characters (the spec's pattern), so this joins two safely. */
@@ -48,13 +52,17 @@ export class EdgeCounter {
         this.counts = new Map();
         const batches = [];
         let batch = [];
+        let bytes = 0;
         for (const [key, count] of counts) {
             const cut = key.indexOf(SEPARATOR);
-            batch.push({ from: key.slice(0, cut), to: key.slice(cut + 1), count });
-            if (batch.length === MAX_EDGES_PER_REPORT) {
+            const cost = Buffer.byteLength(key) - 1 + EDGE_OVERHEAD_BYTES;
+            if (batch.length === MAX_EDGES_PER_REPORT || (batch.length > 0 && bytes + cost > MAX_REPORT_BYTES)) {
                 batches.push(batch);
                 batch = [];
+                bytes = 0;
             }
+            batch.push({ from: key.slice(0, cut), to: key.slice(cut + 1), count });
+            bytes += cost;
         }
         if (batch.length > 0)
             batches.push(batch);

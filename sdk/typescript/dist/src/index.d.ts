@@ -7,7 +7,7 @@ export { decide, type Claim, type ForwardTo, type RunHere } from "./claim.js";
 export { monotonic, type Clock } from "./clock.js";
 export { OracleClient, type Answer, type CallOptions, type Fetch, type OracleClientOptions, type Params, } from "./client.js";
 export { connect } from "./connect.js";
-export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, type Edge } from "./edges.js";
+export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES, type Edge } from "./edges.js";
 export { OracleError, UNAVAILABLE } from "./errors.js";
 export { Lease } from "./lease.js";
 export { consoleLogger, silentLogger, type Logger } from "./logger.js";

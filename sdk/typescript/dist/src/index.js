@@ -7,7 +7,7 @@ export { decide } from "./claim.js";
 export { monotonic } from "./clock.js";
 export { OracleClient, } from "./client.js";
 export { connect } from "./connect.js";
-export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT } from "./edges.js";
+export { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES } from "./edges.js";
 export { OracleError, UNAVAILABLE } from "./errors.js";
 export { Lease } from "./lease.js";
 export { consoleLogger, silentLogger } from "./logger.js";

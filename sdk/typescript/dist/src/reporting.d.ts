@@ -1,7 +1,8 @@
 /**
  * Edge reports on a timer: `recordCall` counts locally (bounded, see `EdgeCounter`), each round
- * sends what was counted in batches within the oracle's limit, and a batch the oracle did not take
- * (unreachable, rate-limited) is counted again for the next round instead of lost.
+ * sends what was counted in batches within the oracle's limits, and a batch the oracle did not take
+ * (unreachable, rate-limited) is counted again for the next round instead of lost; one it refused
+ * as such (422, 413) would fail for ever, so it is dropped and counted in `counter.dropped`.
  */
 import type { OracleClient } from "./client.js";
 import { EdgeCounter } from "./edges.js";

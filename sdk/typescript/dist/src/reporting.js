@@ -1,8 +1,10 @@
 /**
  * Edge reports on a timer: `recordCall` counts locally (bounded, see `EdgeCounter`), each round
- * sends what was counted in batches within the oracle's limit, and a batch the oracle did not take
- * (unreachable, rate-limited) is counted again for the next round instead of lost.
+ * sends what was counted in batches within the oracle's limits, and a batch the oracle did not take
+ * (unreachable, rate-limited) is counted again for the next round instead of lost; one it refused
+ * as such (422, 413) would fail for ever, so it is dropped and counted in `counter.dropped`.
  */
+import { OracleError } from "./errors.js";
 import { EdgeCounter } from "./edges.js";
 import { Periodic } from "./periodic.js";
 export class EdgeReporter extends Periodic {
@@ -36,7 +38,12 @@ export class EdgeReporter extends Periodic {
                 await this.client.call("POST", "/edges", { body: { edges: batch } });
             }
             catch (error) {
-                for (const rest of batches.slice(i))
+                const refused = error instanceof OracleError && !error.retryable;
+                if (refused) {
+                    this.logger.warn(`an edge report of ${batch.length} edges was refused (${error.message}); they are dropped`);
+                    this.counter.dropped += batch.reduce((sum, edge) => sum + edge.count, 0);
+                }
+                for (const rest of batches.slice(refused ? i + 1 : i))
                     this.counter.putBack(rest);
                 this.reported += sent;
                 throw error;

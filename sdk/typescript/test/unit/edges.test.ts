@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT } from "../../src/index.js";
+import { EdgeCounter, MAX_COUNT, MAX_EDGES_PER_REPORT, MAX_REPORT_BYTES } from "../../src/index.js";
 
 describe("EdgeCounter", () => {
   test("a pair and its reverse are one edge, and self-calls are left out", () => {
@@ -61,5 +61,17 @@ describe("EdgeCounter", () => {
 
   test("maxPairs must be at least one", () => {
     assert.throws(() => new EdgeCounter(0), RangeError);
+  });
+
+  test("batches of long ids stay within the report size", () => {
+    const edges = new EdgeCounter(20_000);
+    const long = "x".repeat(200);
+    for (let i = 0; i < 5_000; i++) edges.record(`${long}/${i}`, "hub");
+    const batches = edges.takeBatches();
+    assert.ok(batches.length > 1);
+    for (const batch of batches) {
+      assert.ok(Buffer.byteLength(JSON.stringify({ edges: batch })) <= MAX_REPORT_BYTES);
+    }
+    assert.equal(batches.reduce((n, b) => n + b.length, 0), 5_000);
   });
 });

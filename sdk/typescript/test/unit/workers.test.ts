@@ -87,4 +87,15 @@ describe("EdgeReporter", () => {
     assert.equal(reporter.counter.size, 0);
     assert.deepEqual((fetch.sent[0]?.body as { edges: unknown[] }).edges[0], { from: "order/0", to: "user/0", count: 5 });
   });
+
+  test("a report the oracle refused as such is dropped and counted, not sent again", async () => {
+    const fetch = fakeFetch(() => problem(422, "invalid-input"));
+    const reporter = new EdgeReporter(new OracleClient("http://a", "demo", { fetch, logger: silentLogger }), {
+      logger: silentLogger,
+    });
+    reporter.recordCall("user/a", "user/b", 3);
+    await assert.rejects(reporter.reportOnce(), { status: 422 });
+    assert.equal(reporter.counter.size, 0);
+    assert.equal(reporter.counter.dropped, 3);
+  });
 });
