@@ -103,18 +103,17 @@ class Silo:
         """Whether the silo holds its lease now: run grains only while this is true (never again
         once it leaves)."""
         with self._lock:
-            return not self._dropping and not self._left and self.lease.holds(self.clock())
+            return self._may_run()
 
     def may_run_grains_as(self, silo_id: str) -> bool:
         """As `may_run_grains`, and the silo is still incarnation `silo_id`: a claim made before
         the silo was declared dead and rejoined is not the new incarnation's to run."""
         with self._lock:
-            return (
-                not self._dropping
-                and not self._left
-                and self.silo_id == silo_id
-                and self.lease.holds(self.clock())
-            )
+            return self.silo_id == silo_id and self._may_run()
+
+    def _may_run(self) -> bool:
+        """`may_run_grains`, with the lock held."""
+        return not self._dropping and not self._left and self.lease.holds(self.clock())
 
     def join(self, timeout: float = 10.0) -> None:
         """Joins (one `joining` heartbeat, then `active`) and starts the timer. A silo told it

@@ -134,13 +134,12 @@ impl<M: Migrator> MigrationWorker<M> {
 
     /// Polls every `interval` until [`Self::stop`] (or every handle is dropped).
     pub fn start(&self, interval: Duration) {
-        let weak = Arc::downgrade(&self.inner);
-        self.inner.periodic.start("migrations", interval, move || {
-            let worker = MigrationWorker {
-                inner: weak.upgrade()?,
-            };
-            Some(async move { worker.poll_once().await })
-        });
+        let owner = Arc::downgrade(&self.inner);
+        self.inner
+            .periodic
+            .start("migrations", interval, owner, |inner| async move {
+                MigrationWorker { inner }.poll_once().await
+            });
     }
 
     pub fn stop(&self) {

@@ -1,8 +1,8 @@
-//! A task run every `interval` until stopped, or until its owner is gone (a round is `None`);
-//! what it gets from the oracle is logged and the next round tries again.
+//! A task run every `interval` until stopped, or until its owner is gone (it holds the owner
+//! weakly); what a round gets from the oracle is logged and the next round tries again.
 
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -15,10 +15,12 @@ pub(crate) struct Periodic {
 }
 
 impl Periodic {
-    /// Runs `round` every `interval` (replacing a loop already running), until it gives `None`.
-    pub fn start<F, R>(&self, name: &'static str, interval: Duration, round: F)
+    /// Runs `round` on `owner` every `interval` (replacing a loop already running), until
+    /// [`Self::stop`] or until every other handle of `owner` is dropped.
+    pub fn start<T, F, R>(&self, name: &'static str, interval: Duration, owner: Weak<T>, round: F)
     where
-        F: Fn() -> Option<R> + Send + 'static,
+        T: Send + Sync + 'static,
+        F: Fn(Arc<T>) -> R + Send + 'static,
         R: Future<Output = Result<usize, OracleError>> + Send,
     {
         let task = tokio::spawn(async move {
@@ -27,8 +29,8 @@ impl Periodic {
             ticks.tick().await;
             loop {
                 ticks.tick().await;
-                let Some(this_round) = round() else { return };
-                if let Err(error) = this_round.await {
+                let Some(owner) = owner.upgrade() else { return };
+                if let Err(error) = round(owner).await {
                     tracing::debug!(task = name, %error, "round failed; the next one tries again");
                 }
             }

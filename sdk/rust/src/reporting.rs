@@ -101,13 +101,12 @@ impl EdgeReporter {
 
     /// Reports every `interval` until [`Self::stop`] (or every handle is dropped).
     pub fn start(&self, interval: Duration) {
-        let weak = Arc::downgrade(&self.inner);
-        self.inner.periodic.start("edges", interval, move || {
-            let reporter = EdgeReporter {
-                inner: weak.upgrade()?,
-            };
-            Some(async move { reporter.report_once().await })
-        });
+        let owner = Arc::downgrade(&self.inner);
+        self.inner
+            .periodic
+            .start("edges", interval, owner, |inner| async move {
+                EdgeReporter { inner }.report_once().await
+            });
     }
 
     pub fn stop(&self) {
