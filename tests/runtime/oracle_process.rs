@@ -1,6 +1,9 @@
 //! Oracle replicas as real processes of the built binary: started with the production defaults
 //! but a short TTL, killed with SIGKILL (no goodbye, its leases left to run out), and started
 //! again on the same port.
+//!
+//! The binary is cargo's own for this package's tests; other packages' tests that include this
+//! file (integrations/rio-rs) name it in `ORACLE_BINARY`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -60,7 +63,7 @@ impl OracleProcess {
             .append(true)
             .open(&self.log)
             .expect("open the replica's log");
-        let child = Command::new(env!("CARGO_BIN_EXE_placement-oracle"))
+        let child = Command::new(binary())
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DATABASE_URL", &self.database_url)
@@ -127,6 +130,14 @@ impl OracleProcess {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// The oracle's binary: the one cargo built for these tests, or `ORACLE_BINARY`.
+fn binary() -> String {
+    option_env!("CARGO_BIN_EXE_placement-oracle")
+        .map(str::to_owned)
+        .or_else(|| std::env::var("ORACLE_BINARY").ok())
+        .expect("ORACLE_BINARY must name the oracle's binary (e.g. target/debug/placement-oracle)")
 }
 
 impl Drop for OracleProcess {
