@@ -29,8 +29,10 @@ ENV SQLX_OFFLINE=true \
 #    [[bench]] files must be here already (tests/api/packaging.rs checks it).
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
-# The workspace's other members (the Rust SDK): cargo loads every member's manifest and targets.
+# The workspace's other members (the Rust SDK, the rio-rs integration): cargo loads every
+# member's manifest and targets (it builds neither here).
 COPY sdk/rust ./sdk/rust
+COPY integrations/rio-rs ./integrations/rio-rs
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && cargo build --release --locked \

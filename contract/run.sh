@@ -15,6 +15,11 @@
 #   7. The Rust SDK (sdk/rust, a workspace member): its unit tests, its rules against a scripted
 #      replica, and its integration test (on database oracle_sdk_rust). Its lints are in .ci/run's
 #      clippy; the runtime harness (cargo test --test runtime) runs its hosts on it too.
+#   8. rio-rs on the oracle (integrations/rio-rs, a workspace member): its unit tests, its gate
+#      against a scripted replica, and the side-by-side test (rio-rs's own Postgres placement and
+#      membership, then the oracle's, through a server killed, a server cut off from its
+#      membership store, a drain and Postgres stopped, on Postgres servers of its own); then the
+#      example's demo against the oracle above.
 # Needs Postgres on 127.0.0.1:5432 (trust auth; DATABASE_ADMIN_URL to use another), python3, node,
 # npm and Chromium; tools install at their pinned versions under contract/build/ (and
 # examples/simulator/build/). Usage: contract/run.sh
@@ -124,5 +129,12 @@ step "The Rust SDK (sdk/rust): unit tests, the rules against a scripted replica,
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk_rust WITH (FORCE)" -c "CREATE DATABASE oracle_sdk_rust"
 ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk_rust" \
   cargo test --locked -p placement-oracle-sdk -- --nocapture
+
+step "rio-rs on the oracle (integrations/rio-rs): unit tests, the gate against a scripted replica, and rio-rs's own placement and membership side by side with the oracle's under four faults"
+ORACLE_BINARY="$(realpath "$BINARY")" cargo test --locked -p placement-oracle-rio -- --nocapture --test-threads 1
+# The example's one command (three servers and a client, a drain, every counter checked), against
+# this suite's oracle.
+cargo run --locked --quiet -p placement-oracle-rio --example counter -- demo --oracle "$BASE_URL" \
+  --key "$ORACLE_ADMIN_TOKEN" --cluster rio-demo --state-url "${ADMIN_URL%/*}/$DATABASE"
 
 step "Contract suite passed"
