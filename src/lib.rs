@@ -224,24 +224,7 @@ pub async fn serve(
         body_limit_bytes: config.body_limit_bytes,
         max_concurrent_requests: config.max_concurrent_requests,
     };
-    let mut background = Background::new();
-    if let Some(address) = config.dns_listen {
-        let socket = tokio::net::UdpSocket::bind(address)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
-        tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
-        let dns = dns::serve_dns(
-            oracle.connections.clone(),
-            socket,
-            config.dns_zone.clone(),
-            background.stopping(),
-        );
-        background.spawn("dns", dns);
-    }
-    let sweeper = background::run_sweeper(oracle.members.clone(), background.stopping());
-    background.spawn("sweeper", sweeper);
-    let movers = background::run_movers(oracle.movers.clone(), background.stopping());
-    background.spawn("movers", movers);
+    let background = start_background(&oracle, &config).await?;
 
     if config.open_mode() && !address.ip().is_loopback() {
         tracing::warn!(%address, "OPEN MODE ON A NON-LOOPBACK ADDRESS (--insecure-open): no credential is asked for; anyone who reaches this port can change every cluster");
@@ -268,13 +251,44 @@ pub async fn serve(
                 .await
         }
     };
-    // Stopped whether serving ended by the signal or by an error; then the cluster leases go, so
-    // another replica carries on at once.
+    // Stopped whether serving ended by the signal or by an error; then this replica retires and
+    // its cluster leases go, so that the others carry on at once.
     background.stop().await;
+    oracle.ownership.retire().await;
     oracle.movers.release_leases().await;
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the replica's periodic tasks: the clusters' background work on the clusters this
+/// replica owns, and the DNS listener when one is configured.
+async fn start_background(oracle: &Oracle, config: &Config) -> anyhow::Result<Background> {
+    let mut background = Background::new();
+    if let Some(address) = config.dns_listen {
+        let socket = tokio::net::UdpSocket::bind(address)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen for DNS on {address}: {e}"))?;
+        tracing::info!(%address, zone = %config.dns_zone, "DNS listener for connection pools");
+        let dns = dns::serve_dns(
+            oracle.connections.clone(),
+            socket,
+            config.dns_zone.clone(),
+            background.stopping(),
+        );
+        background.spawn("dns", dns);
+    }
+    let work = background::ClusterWork {
+        ownership: oracle.ownership.clone(),
+        members: oracle.members.clone(),
+        movers: oracle.movers.clone(),
+    };
+    background.spawn(
+        "clusters",
+        background::run_clusters(work, background.stopping()),
+    );
+
+    Ok(background)
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

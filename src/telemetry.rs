@@ -89,6 +89,8 @@ pub mod metric {
     pub const MIGRATIONS: &str = "oracle_migrations_total";
     pub const REBALANCER_CYCLES: &str = "oracle_rebalancer_cycles_total";
     pub const LEASES_TAKEN: &str = "oracle_cluster_leases_taken_total";
+    pub const CLUSTERS_OWNED: &str = "oracle_background_clusters_owned";
+    pub const CLUSTERS_RUN: &str = "oracle_background_clusters_run";
     pub const REBALANCER_DEVIATION: &str = "oracle_rebalancer_entropy_deviation";
     pub const REBALANCER_ENTROPY: &str = "oracle_rebalancer_entropy";
     pub const EDGES: &str = "oracle_edges_total";
@@ -226,6 +228,14 @@ pub mod metric {
         describe_counter!(
             LEASES_TAKEN,
             "Cluster leases this replica took with a new token (a takeover, or the cluster's first)"
+        );
+        describe_gauge!(
+            CLUSTERS_OWNED,
+            "Clusters whose background work falls to this replica among the live ones (rendezvous hashing)"
+        );
+        describe_gauge!(
+            CLUSTERS_RUN,
+            "Clusters whose background work this replica ran at its last tick (owned, and their lease held)"
         );
         describe_gauge!(
             REBALANCER_DEVIATION,
@@ -399,6 +409,14 @@ pub mod metric {
 
     pub fn lease_taken() {
         counter!(LEASES_TAKEN).increment(1);
+    }
+
+    pub fn clusters_owned(n: usize) {
+        gauge!(CLUSTERS_OWNED).set(n as f64);
+    }
+
+    pub fn clusters_run(n: usize) {
+        gauge!(CLUSTERS_RUN).set(n as f64);
     }
 
     pub fn store_error(operation: &'static str) {

@@ -1,22 +1,20 @@
-//! Every periodic task of a replica, in one place, started and stopped together: the membership
-//! sweep, the movers' driver (stale migrations, drains, the rebalancer and the repartitioner), and the DNS
-//! listener beside them.
+//! Every periodic task of a replica, in one place, started and stopped together: the clusters'
+//! background work on the clusters this replica owns (the membership sweep, stale migrations,
+//! drains, the rebalancer and the repartitioner, [`clusters`]), and the DNS listener beside it.
 //!
 //! [`Background::stop`] signals every task and waits for each to finish its current step; `serve`
 //! calls it whether serving ended by a shutdown signal or by an error. Dropping a [`Background`]
 //! without stopping it still signals the tasks (they finish on their own), so no path leaves them
 //! running unasked.
 
-mod movers;
-mod sweeper;
+mod clusters;
 
 use std::future::Future;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use movers::{run_movers, MOVERS_TICK};
-pub use sweeper::{run_sweeper, SWEEP_INTERVAL};
+pub use clusters::{run_clusters, ClusterWork, SWEEP_EVERY, TICK};
 
 /// The replica's background tasks.
 pub struct Background {

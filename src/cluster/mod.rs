@@ -6,6 +6,7 @@ pub mod heartbeat;
 pub mod kalman;
 pub mod lease;
 pub mod names;
+pub mod ownership;
 pub mod silo;
 
 pub use heartbeat::{Heartbeat, HeartbeatRejection};

@@ -15,6 +15,7 @@ mod credentials;
 mod directory;
 mod members;
 mod movers;
+mod ownership;
 mod policies;
 mod snapshot;
 mod views;
@@ -30,11 +31,12 @@ pub use directory::{
     CacheSettings, Directory, Distribution, Flow, Outcome, Page, PlaceRequest, Placement, Preview,
     SiloShare, MAX_WEBHOOK_ANSWER_BYTES,
 };
-pub use members::{Members, SiloListing};
+pub use members::{ClusterSweep, Members, SiloListing};
 pub use movers::{
     Drained, DriverStep, EdgesTaken, MigrationListing, Moved, Movers, RebalancerCycle,
     RebalancerStatus, RepartitionerRound, RepartitionerStatus,
 };
+pub use ownership::Ownership;
 pub use policies::Policies;
 pub use snapshot::{DrainProgress, SiloSnapshot};
 
@@ -115,6 +117,7 @@ pub struct Oracle {
     pub policies: Arc<Policies>,
     pub directory: Arc<Directory>,
     pub movers: Arc<Movers>,
+    pub ownership: Arc<Ownership>,
     pub connections: Arc<Connections>,
     pub credentials: Arc<Credentials>,
     pub readiness: Arc<Readiness>,
@@ -166,8 +169,9 @@ impl Oracle {
                 views.clone(),
                 rng,
                 cache,
-                settings.replica,
+                settings.replica.clone(),
             )),
+            ownership: Arc::new(Ownership::new(store.clone(), settings.replica)),
             connections: Arc::new(Connections::new(store.clone(), views)),
             credentials: Arc::new(Credentials::new(store.clone(), settings.credentials)),
             readiness: Arc::new(Readiness { store }),

@@ -130,9 +130,9 @@ pub trait DirectoryStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Activation>, StoreError>;
 
-    /// Releases up to `limit` directory entries of a dead silo; returns how many, 0 when no dead
-    /// silo has any left. Idempotent; replicas may race on it.
-    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError>;
+    /// Releases up to `limit` directory entries of a dead silo of `cluster`; returns how many, 0
+    /// when no dead silo of it has any left. Idempotent; replicas may race on it.
+    async fn release_dead(&self, cluster: &ClusterName, limit: u32) -> Result<u64, StoreError>;
 }
 
 /// [`DirectoryStore::lookup_or_register`] as a lookup, then a registration of the grains it did not

@@ -181,10 +181,13 @@ pub trait MembershipStore: Send + Sync + 'static {
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError>;
 
-    /// Declares dead every silo the death rule finds dead ([`Liveness::is_alive`]: past its
-    /// protection, and silent for the cluster's TTL while this replica reached the store), and
-    /// forgets silos dead for longer than
+    /// Declares dead every silo of `cluster` the death rule finds dead ([`Liveness::is_alive`]:
+    /// past its protection, and silent for the cluster's TTL while this replica reached the
+    /// store). Idempotent; replicas may race on it.
+    async fn reap(&self, cluster: &ClusterName) -> Result<Reaping, StoreError>;
+
+    /// Forgets the silos of `cluster` dead for longer than
     /// [`DEAD_SILO_RETENTION_MS`](super::DEAD_SILO_RETENTION_MS) whose entries are all released
-    /// (keeping their retired generation). Idempotent; replicas may race on it.
-    async fn reap(&self) -> Result<Reaping, StoreError>;
+    /// (keeping their retired generation). Idempotent.
+    async fn forget_expired(&self, cluster: &ClusterName) -> Result<(), StoreError>;
 }

@@ -191,12 +191,6 @@ pub trait MigrationStore: Send + Sync + 'static {
     /// answer a later call about it with that ending.
     async fn fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, StoreError>;
 
-    /// The clusters whose grains may have to move, for the movers' driver: the rebalancer or the
-    /// repartitioner is enabled, a silo is being drained, migrations are open (to cancel them when
-    /// stale) or endings are kept (to forget them after an hour), or edge reports wait to be
-    /// counted.
-    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError>;
-
     /// A silo's directory entries, and how many of them have an open migration (how far a drain
     /// has got; what the repartitioner balances).
     async fn silo_counts(

@@ -13,6 +13,7 @@
 //! a file of the same name:
 //!
 //! - `membership.rs` — [`MembershipStore`]: heartbeats, membership reads, leaves and deaths.
+//! - `background.rs` — [`BackgroundStore`]: the live replicas, and what is due in a cluster.
 //! - `directory.rs` — [`DirectoryStore`]: the single-activation directory.
 //! - `policy.rs` — [`PolicyStore`]: the versioned cluster policy.
 //! - `pools.rs` — [`PoolStore`]: connection pools and their round-robin counters.
@@ -29,6 +30,7 @@
 //! This file holds what concerns a store as a whole: [`Store`], which every aggregate's trait
 //! makes up, its clock and settings, and the counts it reports.
 
+mod background;
 mod directory;
 mod edges;
 mod error;
@@ -49,6 +51,7 @@ use async_trait::async_trait;
 use crate::clock::{Clock, Millis};
 use crate::cluster::SiloStatus;
 
+pub use background::{BackgroundStore, Due};
 pub use directory::{
     lookup_then_register, Activation, DirectoryStore, Located, NewActivation, Proposal,
     Registration,
@@ -145,6 +148,7 @@ pub struct PoolStats {
 #[async_trait]
 pub trait Store:
     MembershipStore
+    + BackgroundStore
     + DirectoryStore
     + PolicyStore
     + PoolStore

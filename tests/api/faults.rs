@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
-use placement_oracle::background::run_sweeper;
+use placement_oracle::background::{run_clusters, ClusterWork};
 use placement_oracle::clock::ManualClock;
 use placement_oracle::store::StoreSettings;
 use serde_json::json;
@@ -91,8 +91,13 @@ async fn two_replicas_keep_every_acknowledged_placement_through_a_restart_and_a_
     };
     let mut background = Vec::new();
     for replica in &replicas {
-        background.push(tokio::spawn(run_sweeper(
-            replica.oracle.members.clone(),
+        let work = ClusterWork {
+            ownership: replica.oracle.ownership.clone(),
+            members: replica.oracle.members.clone(),
+            movers: replica.oracle.movers.clone(),
+        };
+        background.push(tokio::spawn(run_clusters(
+            work,
             until_stopped(stopped.clone()),
         )));
     }

@@ -10,8 +10,9 @@ use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
-    Completion, EdgeReport, Ending, Failure, Lease, LeaseClaim, MigrationReason, NewActivation,
-    NewMigration, Proposal, Refusal, Registration, Store, StoreError, ENDING_KEPT_MS,
+    Completion, Due, EdgeReport, Ending, Failure, Lease, LeaseClaim, MigrationReason,
+    NewActivation, NewMigration, Proposal, Refusal, Registration, Store, StoreError,
+    DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -102,7 +103,11 @@ async fn membership_records_lists_and_retires_silos(backend: Backend) {
     clock.advance_ms(TTL_MS / 2);
     beat(&*store, "b@1").await;
     clock.advance_ms(TTL_MS / 2 + 1);
-    let reaped = store.reap().await.unwrap();
+    assert!(
+        store.due(&cluster()).await.unwrap().silent,
+        "c is due to be judged"
+    );
+    let reaped = store.reap(&cluster()).await.unwrap();
     assert_eq!(
         reaped
             .dead
@@ -846,7 +851,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         beat(&*store, id).await;
     }
     assert!(
-        store.clusters_moving_grains().await.unwrap().is_empty(),
+        !store.due(&cluster()).await.unwrap().moving,
         "nothing to move: no rebalancer, no drain, no migration"
     );
     let one = placed(&*store, "user/1", "a@1").await;
@@ -863,7 +868,10 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .expect("known");
     assert_eq!(drained.status, SiloStatus::ShuttingDown);
     assert_eq!(drained.drained_at_ms, Some(START_MS));
-    assert_eq!(store.clusters_moving_grains().await.unwrap(), [cluster()]);
+    assert!(
+        store.due(&cluster()).await.unwrap().moving,
+        "a drain moves grains"
+    );
     // Asked again later, the first time stays; a heartbeat saying `active` keeps it shutting down.
     clock.advance_ms(1_000);
     let (again, _) = store
@@ -919,7 +927,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .cancel_stale_migrations(&cluster(), 60_000)
         .await
         .unwrap();
-    assert!(store.clusters_moving_grains().await.unwrap().is_empty());
+    assert!(!store.due(&cluster()).await.unwrap().moving);
 }
 
 async fn edge_reports_are_numbered_read_in_pages_bounded_and_forgotten(backend: Backend) {
@@ -1167,7 +1175,62 @@ async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: 
         .is_empty());
 }
 
+async fn replicas_are_seen_until_their_stamp_is_older_than_the_ttl_or_they_retire(
+    backend: Backend,
+) {
+    let (store, clock, _db) = direct(backend).await;
+    assert_eq!(store.announce_replica("r1", 3_000).await.unwrap(), ["r1"]);
+    clock.advance_ms(1_000);
+    assert_eq!(
+        store.announce_replica("r2", 3_000).await.unwrap(),
+        ["r1", "r2"]
+    );
+    clock.advance_ms(2_500);
+    assert_eq!(
+        store.announce_replica("r2", 3_000).await.unwrap(),
+        ["r2"],
+        "r1's stamp is 3.5 s old"
+    );
+    store.announce_replica("r1", 3_000).await.unwrap();
+    store.retire_replica("r1").await.unwrap();
+    assert_eq!(store.announce_replica("r2", 3_000).await.unwrap(), ["r2"]);
+}
+
+async fn what_is_due_in_a_cluster_is_read_in_one_go(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    let unknown = ClusterName::parse("nowhere").unwrap();
+    assert_eq!(store.due(&unknown).await.unwrap(), Due::default());
+    beat(&*store, "a@1").await;
+    beat(&*store, "b@1").await;
+    placed(&*store, "user/1", "a@1").await;
+    assert_eq!(store.due(&cluster()).await.unwrap(), Due::default());
+
+    // a falls silent past the TTL: it is due to be judged, then dead and its entry released.
+    clock.advance_ms(TTL_MS / 2);
+    beat(&*store, "b@1").await;
+    clock.advance_ms(TTL_MS / 2 + 1);
+    assert!(store.due(&cluster()).await.unwrap().silent);
+    assert_eq!(store.reap(&cluster()).await.unwrap().dead.len(), 1);
+    let after_death = store.due(&cluster()).await.unwrap();
+    assert!(!after_death.silent);
+    store.release_dead(&cluster(), 10).await.unwrap();
+    assert!(!store.due(&cluster()).await.unwrap().unreleased);
+
+    // An hour on, its record is due to be forgotten, and then gone.
+    clock.advance_ms(DEAD_SILO_RETENTION_MS + 1);
+    assert!(store.due(&cluster()).await.unwrap().expired);
+    store.forget_expired(&cluster()).await.unwrap();
+    assert!(!store.due(&cluster()).await.unwrap().expired);
+    assert!(store
+        .silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .is_none());
+}
+
 for_each_store!(
+    replicas_are_seen_until_their_stamp_is_older_than_the_ttl_or_they_retire,
+    what_is_due_in_a_cluster_is_read_in_one_go,
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,

@@ -8,7 +8,8 @@
 //! [`faults`] holds one test per fault: Postgres stopped and crashed for three TTLs (on a server
 //! of the test's own, [`postgres_server`]), a silo cut off from the oracle, a replica killed and
 //! restarted, a host killed, a drain, and rebalancer sessions; [`store_states`] a read-only
-//! database and hung commits; [`failover`] a promoted standby that lacks the log's tail.
+//! database and hung commits; [`failover`] a promoted standby that lacks the log's tail;
+//! [`spread`] the clusters' background work shared by three replicas, taken over and handed back.
 //!
 //! A binary of its own, apart from `tests/api`: its runs need both cores to keep their timing, so
 //! they go one at a time, and the other suite's tests do not share the machine with them.
@@ -26,4 +27,5 @@ mod postgres_server;
 #[path = "../api/proxy.rs"]
 mod proxy;
 mod registry;
+mod spread;
 mod store_states;

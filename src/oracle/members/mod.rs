@@ -3,6 +3,8 @@
 
 mod sweeper;
 
+pub use sweeper::ClusterSweep;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 

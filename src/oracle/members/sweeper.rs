@@ -1,17 +1,17 @@
-//! The membership sweep's steps (run periodically by [`crate::background`]): declares silent silos dead, releases dead silos' directory entries in
-//! bounded chunks, refreshes the membership and directory gauges and keeps the metrics recorder's
-//! memory bounded.
+//! The membership sweep's steps, per cluster (run by [`crate::background`] on the replica that
+//! owns the cluster and holds its lease): declares silent silos dead, releases dead silos'
+//! directory entries in bounded chunks, forgets long-dead silos; and the gauges.
 //!
-//! Every replica runs it. The store's steps are idempotent, so replicas racing on them do no harm,
-//! and correctness never waits for them: lookups and placements judge liveness themselves at
-//! request time, and an entry on a dead silo is never live. The sweep makes deaths and releases
-//! visible (listings, metrics) within about a second.
+//! The store's steps are idempotent, so two replicas that overlap on a cluster (one whose lease
+//! ran out while it swept) do no harm, and correctness never waits for them: lookups and
+//! placements judge liveness themselves at request time, and an entry on a dead silo is never
+//! live. The sweep makes deaths and releases visible (listings, metrics) within about a second.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::Members;
-use crate::cluster::SiloStatus;
+use crate::cluster::{ClusterName, SiloStatus};
 use crate::store::{Reaped, Reaping, StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
@@ -21,23 +21,70 @@ const RELEASE_BUDGET: Duration = Duration::from_millis(500);
 /// Most silo ids one death log line names; the rest are counted.
 const IDS_PER_LOG_LINE: usize = 5;
 
+/// What one cluster's sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterSweep {
+    /// Silos it declared dead.
+    pub dead: usize,
+    /// Whether the cluster's grains may have to move (its movers have work).
+    pub moving: bool,
+}
+
 impl Members {
-    /// One sweep. Returns how many silos it declared dead.
+    /// A sweep of every cluster, then the gauges (tests; the background work sweeps the
+    /// clusters each replica owns, [`Self::sweep_cluster`]). Returns how many silos it declared
+    /// dead.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let reaping = self.declare_dead().await?;
-        self.release_dead().await?;
+        let mut dead = 0;
+        let mut after: Option<ClusterName> = None;
+        loop {
+            let page = self.store.clusters(after.as_ref(), 1_000).await?;
+            for cluster in &page {
+                dead += self.sweep_cluster(cluster).await?.dead;
+            }
+            match page.last() {
+                Some(last) if page.len() == 1_000 => after = Some(last.clone()),
+                _ => break,
+            }
+        }
         self.refresh_gauges().await?;
-        Ok(reaping.dead.len())
+        Ok(dead)
     }
 
-    /// Declares dead the silos the death rule finds dead. Logged per cluster, not per silo: a
+    /// One cluster's sweep: reads what is due (one statement) and does only that.
+    pub async fn sweep_cluster(&self, cluster: &ClusterName) -> Result<ClusterSweep, StoreError> {
+        let due = self
+            .store
+            .due(cluster)
+            .await
+            .inspect_err(|_| metric::store_error("due"))?;
+        let mut dead = 0;
+        if due.silent {
+            dead = self.declare_dead(cluster).await?.dead.len();
+        }
+        if due.unreleased || dead > 0 {
+            self.release_dead(cluster).await?;
+        }
+        if due.expired {
+            self.store
+                .forget_expired(cluster)
+                .await
+                .inspect_err(|_| metric::store_error("forget_expired"))?;
+        }
+        Ok(ClusterSweep {
+            dead,
+            moving: due.moving,
+        })
+    }
+
+    /// Declares dead the silos of `cluster` the death rule finds dead. Logged per cluster, not per silo: a
     /// flood of short-lived ids dying at once makes one line per cluster, not one per id. Deaths
     /// the rule defers because this replica could not reach the store are logged and counted
     /// once each, so an operator can tell a store outage from real deaths.
-    pub async fn declare_dead(&self) -> Result<Reaping, StoreError> {
+    pub async fn declare_dead(&self, cluster: &ClusterName) -> Result<Reaping, StoreError> {
         let reaping = self
             .store
-            .reap()
+            .reap(cluster)
             .await
             .inspect_err(|_| metric::store_error("reap"))?;
         for (cluster, silos) in by_cluster(&reaping.dead) {
@@ -68,15 +115,15 @@ impl Members {
         Ok(reaping)
     }
 
-    /// Releases dead silos' entries, a chunk at a time, for at most [`RELEASE_BUDGET`]. Returns
-    /// how many.
-    pub async fn release_dead(&self) -> Result<u64, StoreError> {
+    /// Releases the entries of `cluster`'s dead silos, a chunk at a time, for at most
+    /// [`RELEASE_BUDGET`]. Returns how many.
+    pub async fn release_dead(&self, cluster: &ClusterName) -> Result<u64, StoreError> {
         let started = Instant::now();
         let mut released = 0;
         loop {
             let chunk = self
                 .store
-                .release_dead(RELEASE_CHUNK)
+                .release_dead(cluster, RELEASE_CHUNK)
                 .await
                 .inspect_err(|_| metric::store_error("release_dead"))?;
             released += chunk;
@@ -86,8 +133,9 @@ impl Members {
         }
     }
 
-    /// Refreshes the membership and directory gauges.
-    async fn refresh_gauges(&self) -> Result<(), StoreError> {
+    /// Refreshes the membership and directory gauges (counts over every cluster, as an admin
+    /// listing: every few seconds on each replica).
+    pub async fn refresh_gauges(&self) -> Result<(), StoreError> {
         let stats = self
             .store
             .stats()

@@ -3,8 +3,8 @@
 //! repartitioner ([`repartitioning`]), the leases themselves ([`leases`]), and the driver's step
 //! for one cluster, on the replica holding its lease: cancel migrations that can no longer apply,
 //! plan the drains under way, run the rebalancer's cycle when one is due, and count edge reports
-//! and run the repartitioner's round when one is due. `background::run_movers` calls it for every
-//! cluster whose grains may have to move.
+//! and run the repartitioner's round when one is due. `background::run_clusters` calls it for
+//! every cluster this replica owns whose grains may have to move.
 
 mod draining;
 mod leases;
@@ -83,12 +83,6 @@ impl Movers {
     /// Who this replica is to cluster leases.
     pub fn replica(&self) -> &Replica {
         &self.replica
-    }
-
-    /// The clusters whose grains may have to move now (a rebalancer enabled, a drain or an open
-    /// migration): the ones the driver visits.
-    pub async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, OracleError> {
-        Ok(self.store.clusters_moving_grains().await?)
     }
 
     /// Runs `f` with the shared RNG.

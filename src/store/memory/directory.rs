@@ -184,7 +184,7 @@ impl DirectoryStore for MemoryStore {
             .collect())
     }
 
-    async fn release_dead(&self, _limit: u32) -> Result<u64, StoreError> {
+    async fn release_dead(&self, _cluster: &ClusterName, _limit: u32) -> Result<u64, StoreError> {
         // Every death releases its entries at once here; nothing is ever left to release.
         Ok(0)
     }

@@ -179,11 +179,11 @@ impl MembershipStore for MemoryStore {
         Ok(Some((record.clone(), liveness)))
     }
 
-    async fn reap(&self) -> Result<Reaping, StoreError> {
+    async fn reap(&self, cluster: &ClusterName) -> Result<Reaping, StoreError> {
         let now = self.clock.now_ms();
         let mut clusters = self.clusters();
         let mut reaped = Vec::new();
-        for (name, state) in clusters.iter_mut() {
+        if let Some(state) = clusters.get_mut(cluster) {
             let liveness = state.liveness(now);
             let newly_dead: Vec<String> = state
                 .silos
@@ -197,10 +197,21 @@ impl MembershipStore for MemoryStore {
                 state.mark_dead(&silo, now);
                 state.release_silo(&silo);
                 reaped.push(Reaped {
-                    cluster: name.to_string(),
+                    cluster: cluster.to_string(),
                     silo,
                 });
             }
+        }
+        // The embedded store cannot be unreachable: it never defers a death.
+        Ok(Reaping {
+            dead: reaped,
+            deferred: Vec::new(),
+        })
+    }
+
+    async fn forget_expired(&self, cluster: &ClusterName) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        if let Some(state) = self.clusters().get_mut(cluster) {
             let expired: Vec<String> = state
                 .dead_since
                 .iter()
@@ -213,10 +224,6 @@ impl MembershipStore for MemoryStore {
                 state.silos.remove(&silo);
             }
         }
-        // The embedded store cannot be unreachable: it never defers a death.
-        Ok(Reaping {
-            dead: reaped,
-            deferred: Vec::new(),
-        })
+        Ok(())
     }
 }

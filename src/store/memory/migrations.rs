@@ -244,27 +244,6 @@ impl MigrationStore for MemoryStore {
             .collect())
     }
 
-    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError> {
-        let mut names: Vec<ClusterName> = self
-            .clusters()
-            .iter()
-            .filter(|(_, state)| {
-                state.policy.rebalancer.enabled
-                    || state.policy.repartitioner.enabled
-                    || !state.migrations.is_empty()
-                    || !state.migration_endings.is_empty()
-                    || !state.edges.is_empty()
-                    || state
-                        .silos
-                        .values()
-                        .any(|s| s.drained_at_ms.is_some() && s.status != SiloStatus::Dead)
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        names.sort();
-        Ok(names)
-    }
-
     async fn silo_counts(
         &self,
         cluster: &ClusterName,

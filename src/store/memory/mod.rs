@@ -7,6 +7,7 @@
 //! holds the state they share (a cluster's silos, directory, pools, lease, migrations and edges)
 //! and `impl Store`.
 
+mod background;
 mod directory;
 mod edges;
 mod keys;
@@ -148,6 +149,8 @@ pub struct MemoryStore {
     /// Cluster keys by id ([`keys`]): apart from the clusters, as a key may name a cluster
     /// that does not exist yet.
     keys: Mutex<BTreeMap<String, crate::store::StoredKey>>,
+    /// Replicas by their last stamp ([`background`]).
+    replicas: Mutex<BTreeMap<String, Millis>>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -167,7 +170,14 @@ impl MemoryStore {
             clusters: Mutex::default(),
             last_epoch: Mutex::new(0),
             keys: Mutex::default(),
+            replicas: Mutex::default(),
         }
+    }
+
+    fn replicas(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Millis>> {
+        self.replicas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn clusters(&self) -> std::sync::MutexGuard<'_, HashMap<ClusterName, ClusterState>> {

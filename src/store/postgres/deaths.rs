@@ -9,37 +9,31 @@ use super::error::PgError;
 use crate::cluster::SiloId;
 use crate::store::StoreError;
 
-/// Records the generations of silos that just died (in the death's transaction): per address the
-/// newest dead generation, which every id not newer than it is refused by, for ever.
+/// Records the generations of `cluster`'s silos that just died (in the death's transaction): per
+/// address the newest dead generation, which every id not newer than it is refused by, for ever.
 pub(super) async fn retire<'a>(
     tx: &mut Tx,
-    dead: impl Iterator<Item = (&'a str, &'a str)>,
+    cluster: &str,
+    dead: impl Iterator<Item = &'a str>,
 ) -> Result<(), PgError> {
-    let mut newest: HashMap<(&str, String), i64> = HashMap::new();
-    for (cluster, silo) in dead {
+    let mut newest: HashMap<String, i64> = HashMap::new();
+    for silo in dead {
         let id = SiloId::parse("silo", silo).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let (address, generation) = id.incarnation();
-        let entry = newest
-            .entry((cluster, address.to_owned()))
-            .or_insert(generation);
+        let entry = newest.entry(address.to_owned()).or_insert(generation);
         *entry = (*entry).max(generation);
     }
     if newest.is_empty() {
         return Ok(());
     }
-    let (mut clusters, mut addresses, mut generations) = (Vec::new(), Vec::new(), Vec::new());
-    for ((cluster, address), generation) in newest {
-        clusters.push(cluster);
-        addresses.push(address);
-        generations.push(generation);
-    }
+    let (addresses, generations): (Vec<String>, Vec<i64>) = newest.into_iter().unzip();
     sqlx::query(
         "INSERT INTO retired_generations (cluster, address, generation)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
+         SELECT $1, address, generation FROM UNNEST($2::text[], $3::int8[]) AS d(address, generation)
          ON CONFLICT (cluster, address)
          DO UPDATE SET generation = GREATEST(retired_generations.generation, EXCLUDED.generation)",
     )
-    .bind(&clusters)
+    .bind(cluster)
     .bind(&addresses)
     .bind(&generations)
     .execute(&mut *tx)

@@ -12,7 +12,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::deaths::{release_chunk, retire};
-use super::error::{deadlock_as_contention, has_sqlstate, PgError, FOREIGN_KEY_VIOLATION};
+use super::error::{conflict_as_contention, has_sqlstate, PgError, FOREIGN_KEY_VIOLATION};
 use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, GrainId, SiloId};
@@ -368,11 +368,7 @@ impl PostgresStore {
         .bind(judged.reachable_for)
         .fetch_all(&mut tx)
         .await?;
-        retire(
-            &mut tx,
-            dead.iter().map(|silo| (cluster.as_str(), silo.as_str())),
-        )
-        .await?;
+        retire(&mut tx, cluster.as_str(), dead.iter().map(String::as_str)).await?;
         if self.health.outages_seen() == judged.outages {
             tx.commit().await?;
             let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
@@ -522,24 +518,24 @@ impl PostgresStore {
         rows.iter().map(activation_from_row).collect()
     }
 
-    async fn try_release_dead(&self, limit: u32) -> Result<u64, StoreError> {
+    async fn try_release_dead(&self, cluster: &ClusterName, limit: u32) -> Result<u64, StoreError> {
         // One dead silo at a time, by its key: every statement is an index range, whatever the
         // planner knows about the tables. No entry can appear on a silo after its death commits
         // (registration holds the silo row), so a dead silo found without entries is released for
         // good.
         loop {
-            let Some(row) = sqlx::query(
-                "SELECT cluster, silo FROM silos WHERE status = 'dead' AND NOT released LIMIT 1",
+            let Some(silo) = sqlx::query_scalar::<_, String>(
+                "SELECT silo FROM silos WHERE cluster = $1 AND status = 'dead' AND NOT released
+                 LIMIT 1",
             )
+            .bind(cluster.as_str())
             .fetch_optional(&self.db)
             .await?
             else {
                 return Ok(0);
             };
-            let cluster: String = row.try_get("cluster")?;
-            let silo: String = row.try_get("silo")?;
             let mut tx = self.db.begin().await?;
-            let released = release_chunk(&mut tx, &cluster, &silo, limit).await?;
+            let released = release_chunk(&mut tx, cluster.as_str(), &silo, limit).await?;
             tx.commit().await?;
             if released > 0 {
                 return Ok(released);
@@ -564,7 +560,7 @@ impl DirectoryStore for PostgresStore {
         cluster: &ClusterName,
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError> {
-        self.guard(async { deadlock_as_contention(self.try_register(cluster, entries).await) })
+        self.guard(async { conflict_as_contention(self.try_register(cluster, entries).await) })
             .await
     }
 
@@ -574,7 +570,7 @@ impl DirectoryStore for PostgresStore {
         proposals: &[Proposal],
     ) -> Result<Vec<Registration>, StoreError> {
         self.guard(async {
-            deadlock_as_contention(self.try_lookup_or_register(cluster, proposals).await)
+            conflict_as_contention(self.try_lookup_or_register(cluster, proposals).await)
         })
         .await
     }
@@ -632,7 +628,7 @@ impl DirectoryStore for PostgresStore {
             .await
     }
 
-    async fn release_dead(&self, limit: u32) -> Result<u64, StoreError> {
-        self.guard(self.try_release_dead(limit)).await
+    async fn release_dead(&self, cluster: &ClusterName, limit: u32) -> Result<u64, StoreError> {
+        self.guard(self.try_release_dead(cluster, limit)).await
     }
 }

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::error::{deadlock_as_contention, PgError};
+use super::error::{conflict_as_contention, PgError};
 use super::PostgresStore;
 use crate::cluster::ClusterName;
 use crate::store::{EdgeIntake, EdgeReport, EdgeStore, PendingEdge, StoreError};
@@ -105,7 +105,7 @@ impl EdgeStore for PostgresStore {
         max_unprocessed: u32,
     ) -> Result<Option<u64>, StoreError> {
         self.guard(async {
-            deadlock_as_contention(self.try_append_edges(cluster, edges, max_unprocessed).await)
+            conflict_as_contention(self.try_append_edges(cluster, edges, max_unprocessed).await)
         })
         .await
     }

@@ -2,16 +2,21 @@
 //! database cannot be reached, cannot take a write, or gave no answer in time. Nothing above the
 //! store sees sqlx or a SQLSTATE; what they say is decided here, once.
 //!
-//! A few calls answer one SQLSTATE differently — a deadlock is contention there, retried by the
-//! client — so their statements keep sqlx's error ([`PgError`]) until the call's end, where
-//! [`deadlock_as_contention`] reads its SQLSTATE before it becomes a [`StoreError`].
+//! A few calls answer some SQLSTATEs differently — a deadlock or a serialization failure is
+//! contention there, retried — so their statements keep sqlx's error ([`PgError`]) until the
+//! call's end, where [`conflict_as_contention`] reads its SQLSTATE before it becomes a
+//! [`StoreError`].
 
 use crate::store::StoreError;
 
 /// SQLSTATE of a foreign key violation.
 pub(super) const FOREIGN_KEY_VIOLATION: &str = "23503";
 /// SQLSTATE of a deadlock (two statements locking silo rows in opposite orders; rare, retryable).
-pub(super) const DEADLOCK_DETECTED: &str = "40P01";
+const DEADLOCK_DETECTED: &str = "40P01";
+/// SQLSTATE of a serialization failure: what an engine that runs transactions serializable (by
+/// default or by configuration: some distributed Postgres-compatible engines) answers a
+/// transaction that raced another. As retryable as a deadlock.
+const SERIALIZATION_FAILURE: &str = "40001";
 /// SQLSTATE of a write refused by a read-only transaction: a standby, or a primary set read-only.
 const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 
@@ -78,7 +83,7 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 
 /// An error of a call that answers some SQLSTATEs its own way: sqlx's error as it came (its
 /// SQLSTATE still readable), or one the store made itself. It becomes a [`StoreError`] at the
-/// call's end ([`deadlock_as_contention`]), or through `?` in a call that does not look.
+/// call's end ([`conflict_as_contention`]), or through `?` in a call that does not look.
 #[derive(Debug)]
 pub(super) enum PgError {
     Sqlx(sqlx::Error),
@@ -106,13 +111,18 @@ impl From<PgError> for StoreError {
     }
 }
 
-/// A deadlock between two statements locking silo rows in opposite orders is rare and safe to
-/// retry: answered as contention (503 with Retry-After), not as an outage.
-pub(super) fn deadlock_as_contention<T>(outcome: Result<T, PgError>) -> Result<T, StoreError> {
+/// Whether the transaction lost a race the database broke (a deadlock, or a serialization
+/// failure): nothing was written, and trying again is safe.
+pub(super) fn lost_a_race(error: &sqlx::Error) -> bool {
+    has_sqlstate(error, DEADLOCK_DETECTED) || has_sqlstate(error, SERIALIZATION_FAILURE)
+}
+
+/// A transaction that lost a race (a deadlock between two statements locking silo rows in
+/// opposite orders, or a serialization failure) is rare and safe to retry: answered as
+/// contention (503 with Retry-After), not as an outage.
+pub(super) fn conflict_as_contention<T>(outcome: Result<T, PgError>) -> Result<T, StoreError> {
     match outcome {
-        Err(PgError::Sqlx(error)) if has_sqlstate(&error, DEADLOCK_DETECTED) => {
-            Err(StoreError::Contended(1))
-        }
+        Err(PgError::Sqlx(error)) if lost_a_race(&error) => Err(StoreError::Contended(1)),
         other => other.map_err(StoreError::from),
     }
 }

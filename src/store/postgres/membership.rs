@@ -15,9 +15,8 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
 
-use self::heartbeats::BatchedHeartbeats;
 use super::deaths::{release_chunk, retire};
-use super::error::{deadlock_as_contention, PgError};
+use super::error::{conflict_as_contention, PgError};
 use super::{cluster_names, decode_stored, PostgresStore};
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
@@ -176,7 +175,7 @@ impl PostgresStore {
         if known == 0 {
             return Ok(None);
         }
-        retire(&mut tx, std::iter::once((cluster.as_str(), silo.as_str()))).await?;
+        retire(&mut tx, cluster.as_str(), std::iter::once(silo.as_str())).await?;
         let released =
             release_chunk(&mut tx, cluster.as_str(), silo.as_str(), RELEASE_CHUNK).await?;
         let release_pending = released >= u64::from(RELEASE_CHUNK);
@@ -187,15 +186,9 @@ impl PostgresStore {
         }))
     }
 
-    async fn try_reap(&self) -> Result<Reaping, PgError> {
-        let reaped = self.declare_silent_dead(None).await?;
-        self.forget_expired().await?;
-        Ok(reaped)
-    }
-
-    /// Marks dead every silo (or just `only`) that the death rule (`silo_is_alive`, judged with
-    /// how long this replica has reached the store) finds dead, and retires its generation, in one
-    /// transaction; and names the silos past their TTL and their protection that it did not mark,
+    /// Marks dead every silo of `cluster` (or just `only`) that the death rule (`silo_is_alive`,
+    /// judged with how long this replica has reached the store) finds dead, and retires its
+    /// generation, in one transaction; and names the silos past their TTL and their protection that it did not mark,
     /// because this replica has not reached the store for a whole TTL since their last heartbeat
     /// (the deaths the outage rule defers). Each row is taken `FOR UPDATE` first — the death
     /// protocol: that lock waits for registrations holding the row (`FOR KEY SHARE`) to commit,
@@ -203,7 +196,8 @@ impl PostgresStore {
     /// is once locked, so a heartbeat that got in first keeps the silo alive.
     async fn declare_silent_dead(
         &self,
-        only: Option<(&ClusterName, &SiloId)>,
+        cluster: &ClusterName,
+        only: Option<&SiloId>,
     ) -> Result<Reaping, PgError> {
         let outages = self.health.outages_seen();
         let reachable_for = self.health.reachable_for();
@@ -216,8 +210,8 @@ impl PostgresStore {
                        silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
                                      c.silo_ttl_ms, t.now, $2) AS deferred
                 FROM silos s JOIN clusters c ON c.name = s.cluster CROSS JOIN t
-                WHERE s.status <> 'dead'
-                  AND ($3::text IS NULL OR (s.cluster = $3 AND s.silo = $4))
+                WHERE s.cluster = $3 AND c.name = $3 AND s.status <> 'dead'
+                  AND ($4::text IS NULL OR s.silo = $4)
                   AND NOT silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
                                         c.silo_ttl_ms, t.now, NULL)
              ),
@@ -226,7 +220,8 @@ impl PostgresStore {
                 JOIN silent d ON d.cluster = s.cluster AND d.silo = s.silo AND NOT d.deferred
                 JOIN clusters c ON c.name = s.cluster
                 CROSS JOIN t
-                WHERE s.status <> 'dead'
+                WHERE s.cluster = $3 AND c.name = $3 AND s.status <> 'dead'
+                  AND ($4::text IS NULL OR s.silo = $4)
                   AND NOT silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
                                         c.silo_ttl_ms, t.now, $2)
                 FOR UPDATE OF s
@@ -234,7 +229,7 @@ impl PostgresStore {
              dead AS (
                 UPDATE silos s SET status = 'dead', dead_since_ms = (SELECT now FROM t)
                 FROM doomed d
-                WHERE s.cluster = d.cluster AND s.silo = d.silo
+                WHERE s.cluster = $3 AND s.cluster = d.cluster AND s.silo = d.silo
                 RETURNING s.cluster, s.silo
              )
              SELECT true AS dead, cluster, silo FROM dead
@@ -243,8 +238,8 @@ impl PostgresStore {
         )
         .bind(self.now())
         .bind(reachable_for)
-        .bind(only.map(|(cluster, _)| cluster.as_str()))
-        .bind(only.map(|(_, silo)| silo.as_str()))
+        .bind(cluster.as_str())
+        .bind(only.map(SiloId::as_str))
         .fetch_all(&mut tx)
         .await?;
         let mut reaping = Reaping::default();
@@ -260,10 +255,8 @@ impl PostgresStore {
         }
         retire(
             &mut tx,
-            reaping
-                .dead
-                .iter()
-                .map(|r| (r.cluster.as_str(), r.silo.as_str())),
+            cluster.as_str(),
+            reaping.dead.iter().map(|r| r.silo.as_str()),
         )
         .await?;
         if self.health.outages_seen() != outages {
@@ -275,24 +268,39 @@ impl PostgresStore {
         Ok(reaping)
     }
 
-    /// Drops tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all released. Their
-    /// generations were retired when they died, so the ids stay refused.
-    async fn forget_expired(&self) -> Result<(), PgError> {
+    /// Drops the cluster's tombstones older than [`DEAD_SILO_RETENTION_MS`] whose entries are all
+    /// released. Their generations were retired when they died, so the ids stay refused.
+    async fn try_forget_expired(&self, cluster: &ClusterName) -> Result<(), PgError> {
         sqlx::query(
             "DELETE FROM silos s USING (
                 SELECT cluster, silo FROM silos
-                WHERE status = 'dead' AND released
+                WHERE cluster = $4 AND status = 'dead' AND released
                   AND dead_since_ms < COALESCE($1::int8, oracle_now_ms()) - $2
                 LIMIT $3) expired
-             WHERE s.cluster = expired.cluster AND s.silo = expired.silo",
+             WHERE s.cluster = $4 AND s.silo = expired.silo",
         )
         .bind(self.now())
         .bind(DEAD_SILO_RETENTION_MS)
         .bind(FORGET_CHUNK)
+        .bind(cluster.as_str())
         .execute(&self.db)
         .await?;
         Ok(())
     }
+}
+
+/// The positions of a batch's heartbeats, grouped by cluster (each group in batch order).
+fn positions_by_cluster(silos: &[(ClusterName, SiloId)]) -> Vec<Vec<usize>> {
+    let mut group_of: HashMap<&ClusterName, usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, (cluster, _)) in silos.iter().enumerate() {
+        let group = *group_of.entry(cluster).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[group].push(i);
+    }
+    groups
 }
 
 fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
@@ -339,12 +347,25 @@ impl MembershipStore for PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
-        let BatchedHeartbeats {
-            mut outcomes,
-            one_by_one,
-        } = self
-            .guard(self.try_record_heartbeats(silos, update))
-            .await?;
+        // One read and one write per cluster of the batch: every statement names one cluster,
+        // so that a distributed engine routes each to the one shard holding it.
+        let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
+            (0..silos.len()).map(|_| None).collect();
+        let mut one_by_one = Vec::new();
+        for positions in positions_by_cluster(silos) {
+            let group: Vec<(ClusterName, SiloId)> =
+                positions.iter().map(|&i| silos[i].clone()).collect();
+            let in_group = |j: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
+                update(positions[j], previous, liveness)
+            };
+            let batched = self
+                .guard(self.try_record_heartbeats(&group, &in_group))
+                .await?;
+            for (j, outcome) in batched.outcomes.into_iter().enumerate() {
+                outcomes[positions[j]] = outcome;
+            }
+            one_by_one.extend(batched.one_by_one.into_iter().map(|j| positions[j]));
+        }
         // The rest one by one, each under its own deadline: a few silos at once (a fleet rejoining
         // after a restart is all new silos, and must not take every connection), one silo's
         // heartbeats in their order.
@@ -430,7 +451,7 @@ impl MembershipStore for PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<Departure>, StoreError> {
-        self.guard(async { deadlock_as_contention(self.try_remove_silo(cluster, silo).await) })
+        self.guard(async { conflict_as_contention(self.try_remove_silo(cluster, silo).await) })
             .await
     }
 
@@ -442,8 +463,13 @@ impl MembershipStore for PostgresStore {
         self.guard(self.try_drain_silo(cluster, silo)).await
     }
 
-    async fn reap(&self) -> Result<Reaping, StoreError> {
-        self.guard(async { deadlock_as_contention(self.try_reap().await) })
+    async fn reap(&self, cluster: &ClusterName) -> Result<Reaping, StoreError> {
+        self.guard(async { conflict_as_contention(self.declare_silent_dead(cluster, None).await) })
+            .await
+    }
+
+    async fn forget_expired(&self, cluster: &ClusterName) -> Result<(), StoreError> {
+        self.guard(async { Ok(self.try_forget_expired(cluster).await?) })
             .await
     }
 }

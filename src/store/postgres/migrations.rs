@@ -11,7 +11,7 @@ use sqlx::Row;
 
 use super::statements::Tx;
 
-use super::error::{deadlock_as_contention, PgError};
+use super::error::{conflict_as_contention, PgError};
 use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloId};
@@ -380,7 +380,7 @@ impl MigrationStore for PostgresStore {
         ttl_ms: Millis,
     ) -> Result<Completion, StoreError> {
         self.guard(async {
-            deadlock_as_contention(self.try_complete_migration(cluster, id, ttl_ms).await)
+            conflict_as_contention(self.try_complete_migration(cluster, id, ttl_ms).await)
         })
         .await
     }
@@ -406,7 +406,7 @@ impl MigrationStore for PostgresStore {
     }
 
     async fn fail_migration(&self, cluster: &ClusterName, id: i64) -> Result<Failure, StoreError> {
-        self.guard(async { deadlock_as_contention(self.try_fail_migration(cluster, id).await) })
+        self.guard(async { conflict_as_contention(self.try_fail_migration(cluster, id).await) })
             .await
     }
 
@@ -417,26 +417,6 @@ impl MigrationStore for PostgresStore {
     ) -> Result<Vec<Migration>, StoreError> {
         self.guard(self.try_cancel_stale_migrations(cluster, ttl_ms))
             .await
-    }
-
-    async fn clusters_moving_grains(&self) -> Result<Vec<ClusterName>, StoreError> {
-        self.guard(async {
-            let names: Vec<String> = sqlx::query_scalar(
-                "SELECT name FROM clusters c
-                 WHERE policy -> 'rebalancer' ->> 'enabled' = 'true'
-                    OR policy -> 'repartitioner' ->> 'enabled' = 'true'
-                    OR EXISTS (SELECT 1 FROM silos s WHERE s.cluster = c.name
-                               AND s.drained_at_ms IS NOT NULL AND s.status <> 'dead')
-                    OR EXISTS (SELECT 1 FROM migrations m WHERE m.cluster = c.name)
-                    OR EXISTS (SELECT 1 FROM migration_endings e WHERE e.cluster = c.name)
-                    OR EXISTS (SELECT 1 FROM edge_buffer b WHERE b.cluster = c.name)
-                 ORDER BY name",
-            )
-            .fetch_all(&self.db)
-            .await?;
-            super::cluster_names(&names)
-        })
-        .await
     }
 
     async fn silo_counts(

@@ -20,6 +20,7 @@
 //! connecting, migrating, the circuit every call goes through (`guard`), the helpers the
 //! aggregates share, and [`Store`].
 
+mod background;
 mod deaths;
 mod directory;
 mod edges;

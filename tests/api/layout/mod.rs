@@ -5,6 +5,7 @@
 mod docs;
 mod paths;
 mod source;
+mod statements;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -14,7 +14,7 @@ use super::{silo_from_row, SILO_COLUMNS};
 use crate::clock::Millis;
 use crate::cluster::silo::SiloProfile;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
-use crate::store::postgres::error::{has_sqlstate, DEADLOCK_DETECTED};
+use crate::store::postgres::error::lost_a_race;
 use crate::store::postgres::PostgresStore;
 use crate::store::{
     HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates, LimitReached, Reach, StoreError,
@@ -161,7 +161,7 @@ impl PostgresStore {
                         // if the death rule, applied again under the row's lock, agrees: an
                         // outage seen meanwhile may have deferred it, and a silo told it is dead
                         // drops grains that would then still be registered to it.
-                        let reaping = self.declare_silent_dead(Some((cluster, silo))).await?;
+                        let reaping = self.declare_silent_dead(cluster, Some(silo)).await?;
                         if reaping.dead.is_empty() {
                             continue;
                         }
@@ -243,20 +243,22 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Reads every silo in `keys` with its cluster's TTL and the store's instant, in one
-    /// statement. Each row carries its silo's place in `keys` (from 1); a silo not stored yet has
-    /// a row of NULL silo columns, and one whose cluster vanished meanwhile has none.
+    /// Reads every silo in `keys` (all of one cluster: each statement names one) with its
+    /// cluster's TTL and the store's instant, in one statement. Each row carries its silo's place
+    /// in `keys` (from 1); a silo not stored yet has a row of NULL silo columns, and one whose
+    /// cluster vanished meanwhile has none.
     async fn read_batch(&self, keys: &[(&str, &str)]) -> Result<Vec<PgRow>, StoreError> {
-        let (key_clusters, key_silos): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+        let cluster = one_cluster(keys.iter().map(|(cluster, _)| *cluster));
+        let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
         let rows = sqlx::query(&format!(
             "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
                     {SILO_COLUMNS}
-             FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS k(cluster, silo, position)
-             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c WHERE c.name = k.cluster) c ON true
+             FROM UNNEST($2::text[]) WITH ORDINALITY AS k(silo, position)
+             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c WHERE c.name = $1) c ON true
              LEFT JOIN LATERAL (SELECT * FROM silos s
-                                WHERE s.cluster = k.cluster AND s.silo = k.silo LIMIT 1) s ON true"
+                                WHERE s.cluster = $1 AND s.silo = k.silo LIMIT 1) s ON true"
         ))
-        .bind(&key_clusters)
+        .bind(cluster)
         .bind(&key_silos)
         .bind(self.now())
         .fetch_all(&self.db)
@@ -333,21 +335,23 @@ impl PostgresStore {
         for write in writes.iter() {
             columns.push(&silos[write.first].0, &write.record, write.previous_count);
         }
+        let cluster = one_cluster(columns.clusters.iter().copied());
         let written = sqlx::query(
-                // The rows are locked first, one by one in the order given — (cluster, silo)
-                // order — so that two batches naming the same silos wait for each other instead
-                // of deadlocking (which Postgres would only notice after `deadlock_timeout`, a
-                // second). Each row is found by its key, whatever the statistics.
+                // The rows are locked first, one by one in the order given — silo order — so
+                // that two batches naming the same silos wait for each other instead of
+                // deadlocking (which Postgres would only notice after `deadlock_timeout`, a
+                // second). Each row is found by its key, whatever the statistics; every table is
+                // read for the one cluster named.
                 "WITH u AS (
-                    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
+                    SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
                                          $6::int8[], $7::jsonb[], $8::int8[], $9::int8[])
-                             AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
+                             AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
                                   profile, previous_count, protected_until_ms)
                  ),
                  locked AS (
-                    SELECT s.cluster, s.silo FROM u
-                    JOIN LATERAL (SELECT s.cluster, s.silo, s.status, s.heartbeat_count FROM silos s
-                                  WHERE s.cluster = u.cluster AND s.silo = u.silo LIMIT 1) s ON true
+                    SELECT s.silo FROM u
+                    JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
+                                  WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
                     WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
                     FOR NO KEY UPDATE OF s
                  )
@@ -355,12 +359,12 @@ impl PostgresStore {
                         status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
                         last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
                         profile = u.profile, protected_until_ms = u.protected_until_ms
-                 FROM u JOIN locked l ON l.cluster = u.cluster AND l.silo = u.silo
-                 WHERE s.cluster = u.cluster AND s.silo = u.silo AND s.status <> 'dead'
+                 FROM u JOIN locked l ON l.silo = u.silo
+                 WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
                    AND s.heartbeat_count = u.previous_count
                  RETURNING s.cluster, s.silo, s.drained_at_ms",
             )
-        .bind(&columns.clusters)
+        .bind(cluster)
         .bind(&columns.silos)
         .bind(&columns.addresses)
         .bind(&columns.statuses)
@@ -372,7 +376,7 @@ impl PostgresStore {
         .fetch_all(&self.db)
         .await;
         let written = match written {
-            Err(error) if has_sqlstate(&error, DEADLOCK_DETECTED) => Vec::new(),
+            Err(error) if lost_a_race(&error) => Vec::new(),
             written => written?,
         };
         let mut drained = HashMap::new();
@@ -536,6 +540,17 @@ struct PendingWrite {
     record: SiloRecord,
     /// The row's version (`heartbeat_count`) as read.
     previous_count: i64,
+}
+
+/// The one cluster a batched statement's rows are all of (a batch is split by cluster before it
+/// reaches the statements: every statement names one cluster).
+fn one_cluster<'a>(mut clusters: impl Iterator<Item = &'a str>) -> &'a str {
+    let first = clusters.next().unwrap_or_default();
+    debug_assert!(
+        clusters.all(|c| c == first),
+        "a batched statement spans clusters"
+    );
+    first
 }
 
 /// The columns of a batched heartbeat write, one entry per silo.

@@ -1,0 +1,138 @@
+//! The clusters' background work, on the replica that owns each: every [`TICK`] the movers of the
+//! clusters whose grains may move (stale migrations, drains, the rebalancer, the repartitioner),
+//! and every [`SWEEP_EVERY`] ticks the ownership ([`Ownership::refresh`]: the live replicas, the
+//! clusters, which are this replica's) and each owned cluster's sweep under its lease (one
+//! statement when nothing is due, [`Members::sweep_cluster`]). Every few seconds the gauges and
+//! the metrics recorder's upkeep.
+//!
+//! Each replica works on its own clusters only, so R replicas share the work instead of doing it
+//! R times; the lease still makes exactly one of them act for a cluster, and another takes over
+//! when it stops.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cluster::ClusterName;
+use crate::oracle::{Members, Movers, Ownership};
+use crate::telemetry::metric;
+
+/// How often the movers look: a fraction of the shortest session cycle period (2 s).
+pub const TICK: Duration = Duration::from_millis(500);
+/// Every how many ticks ownership is refreshed and the owned clusters swept (a second).
+pub const SWEEP_EVERY: u64 = 2;
+/// Every how many ticks the gauges are refreshed and the metrics recorder's upkeep runs (it
+/// drains histogram samples that would otherwise pile up while nobody scrapes).
+const GAUGES_EVERY: u64 = 10;
+
+/// The parts of the oracle the background work drives.
+#[derive(Clone)]
+pub struct ClusterWork {
+    pub ownership: Arc<Ownership>,
+    pub members: Arc<Members>,
+    pub movers: Arc<Movers>,
+}
+
+/// Runs the clusters' background work until `shutdown` completes; errors are logged and retried
+/// on the next tick.
+pub async fn run_clusters(work: ClusterWork, shutdown: impl Future<Output = ()>) {
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    let mut moving: BTreeSet<ClusterName> = BTreeSet::new();
+    for tick in 0u64.. {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = ticks.tick() => {}
+        }
+        if tick % GAUGES_EVERY == 0 {
+            crate::telemetry::metrics_handle().run_upkeep();
+            if let Err(error) = work.members.refresh_gauges().await {
+                tracing::warn!(%error, "cannot refresh the gauges; retrying");
+            }
+        }
+        if tick % SWEEP_EVERY == 0 {
+            moving = sweep_owned(&work).await;
+        }
+        for cluster in &moving {
+            drive(&work.movers, cluster).await;
+        }
+    }
+}
+
+/// Refreshes ownership and sweeps each owned cluster whose lease this replica holds; returns
+/// those whose grains may move.
+async fn sweep_owned(work: &ClusterWork) -> BTreeSet<ClusterName> {
+    let owned = match work.ownership.refresh().await {
+        Ok(owned) => owned,
+        Err(error) => {
+            tracing::error!(%error, "cannot tell which clusters this replica runs; retrying next tick");
+            return BTreeSet::new();
+        }
+    };
+    let mut moving = BTreeSet::new();
+    let mut run = 0;
+    for cluster in owned {
+        match work.ownership.lease(&cluster).await {
+            Ok(Some(_)) => {}
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::warn!(%cluster, %error, "cannot take the cluster's lease; retrying next tick");
+                continue;
+            }
+        }
+        run += 1;
+        match work.members.sweep_cluster(&cluster).await {
+            Ok(sweep) if sweep.moving => {
+                moving.insert(cluster);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(%cluster, %error, "the cluster's sweep failed; retrying next tick")
+            }
+        }
+    }
+    metric::clusters_run(run);
+    moving
+}
+
+/// One movers' step for `cluster`, logged.
+async fn drive(movers: &Movers, cluster: &ClusterName) {
+    match movers.drive(cluster).await {
+        Ok(Some(step)) => {
+            for drain in &step.drains {
+                tracing::info!(
+                    %cluster,
+                    silo = %drain.silo,
+                    migrations = drain.migrations.len(),
+                    "drain migrations issued"
+                );
+            }
+            if let Some(round) = &step.round {
+                tracing::info!(
+                    %cluster,
+                    round = round.summary.round,
+                    moves = round.moves.len(),
+                    migrations = round.migrations.len(),
+                    remote_before = round.summary.remote_fraction_before,
+                    remote_after = round.summary.remote_fraction_after,
+                    "repartitioner round"
+                );
+            }
+            if let Some(cycle) = &step.cycle {
+                tracing::info!(
+                    %cluster,
+                    session = cycle.report.session,
+                    cycle = cycle.report.cycle,
+                    outcome = ?cycle.report.outcome,
+                    deviation = cycle.report.deviation,
+                    migrations = cycle.migrations.len(),
+                    "rebalancer cycle"
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(error) => tracing::warn!(%cluster, %error, "movers' step failed; retrying next tick"),
+    }
+}

@@ -1,0 +1,178 @@
+//! Which clusters this replica runs the background work of, under their leases.
+//!
+//! Every tick the replica stamps its row in the replicas table and reads the replicas seen
+//! within [`Ownership::replica_ttl_ms`]; every few seconds it lists the clusters (an admin
+//! listing, the one statement of the background path that names no cluster). It owns the
+//! clusters that rendezvous hashing gives it among the live replicas
+//! ([`crate::cluster::ownership`]), and takes or renews each owned cluster's lease before it
+//! works on it: ownership says who asks, the lease says who acts, so two replicas that briefly
+//! disagree on who is alive never both work on a cluster. A lease it holds for a cluster it no
+//! longer owns (a replica joined) is given up at once, so the new owner starts within a tick; a
+//! replica that stops is seen gone after the replica TTL, and its leases run out within the
+//! lease TTL, whichever is later (at shutdown it retires its row and gives its leases up, so the
+//! others start at once).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+
+use super::{OracleError, Replica};
+use crate::clock::Millis;
+use crate::cluster::ownership::owns;
+use crate::cluster::ClusterName;
+use crate::store::{Lease, LeaseClaim, Store};
+use crate::telemetry::metric;
+
+/// How often the list of clusters is read again (a cluster created meanwhile waits that long for
+/// its background work: its first heartbeat is its only traffic until then).
+const CLUSTER_LIST_AGE: Duration = Duration::from_secs(5);
+/// Page size of the cluster listing.
+const LIST_PAGE: u32 = 1_000;
+/// A replica missing from the table this long is taken for gone, at the least.
+const MIN_REPLICA_TTL_MS: Millis = 3_000;
+
+#[derive(Default)]
+struct State {
+    replicas: Vec<String>,
+    clusters: Vec<ClusterName>,
+    listed_at: Option<Instant>,
+    /// Leases this replica's background work holds, with when (monotonic) each was taken or
+    /// renewed.
+    leases: HashMap<ClusterName, (Lease, Instant)>,
+}
+
+pub struct Ownership {
+    store: Arc<dyn Store>,
+    replica: Replica,
+    state: Mutex<State>,
+}
+
+impl Ownership {
+    pub(super) fn new(store: Arc<dyn Store>, replica: Replica) -> Self {
+        Self {
+            store,
+            replica,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a replica's stamp keeps it among the live ones: half the lease TTL (so that a
+    /// stopped replica's clusters are taken over within the lease TTL), and at least three ticks.
+    pub fn replica_ttl_ms(&self) -> Millis {
+        (self.replica.lease_ttl_ms / 2).max(MIN_REPLICA_TTL_MS)
+    }
+
+    /// Stamps this replica, reads the live ones (and, every few seconds, the clusters), gives up
+    /// the leases of clusters it no longer owns, and returns the clusters it owns now.
+    pub async fn refresh(&self) -> Result<Vec<ClusterName>, OracleError> {
+        let replicas = self
+            .store
+            .announce_replica(&self.replica.id, self.replica_ttl_ms())
+            .await?;
+        let stale = self
+            .lock()
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= CLUSTER_LIST_AGE);
+        if stale {
+            let clusters = self.all_clusters().await?;
+            let mut state = self.lock();
+            state.clusters = clusters;
+            state.listed_at = Some(Instant::now());
+        }
+        let (owned, given_up) = {
+            let mut state = self.lock();
+            state.replicas = replicas;
+            let me = &self.replica.id;
+            let owned: Vec<ClusterName> = state
+                .clusters
+                .iter()
+                .filter(|c| owns(me, c.as_str(), &state.replicas))
+                .cloned()
+                .collect();
+            let given_up: Vec<(ClusterName, Lease)> = state
+                .leases
+                .iter()
+                .filter(|(c, _)| !owns(me, c.as_str(), &state.replicas))
+                .map(|(c, (lease, _))| (c.clone(), lease.clone()))
+                .collect();
+            for (cluster, _) in &given_up {
+                state.leases.remove(cluster);
+            }
+            (owned, given_up)
+        };
+        for (cluster, lease) in given_up {
+            // Handed to the new owner now rather than when it runs out.
+            if let Err(error) = self.store.release_lease(&cluster, &lease).await {
+                tracing::warn!(%cluster, %error, "cannot give the cluster's lease up; it runs out by itself");
+            }
+        }
+        metric::clusters_owned(owned.len());
+        Ok(owned)
+    }
+
+    /// Every cluster, a page at a time.
+    async fn all_clusters(&self) -> Result<Vec<ClusterName>, OracleError> {
+        let mut clusters: Vec<ClusterName> = Vec::new();
+        loop {
+            let page = self.store.clusters(clusters.last(), LIST_PAGE).await?;
+            let full = page.len() == LIST_PAGE as usize;
+            clusters.extend(page);
+            if !full {
+                return Ok(clusters);
+            }
+        }
+    }
+
+    /// The lease of `cluster` for its background work: the one held while two thirds of it are
+    /// left, else taken or renewed now. `None` when another replica holds it (an operator's
+    /// request taken there, or an owner that has not seen this replica yet).
+    pub async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, OracleError> {
+        let ttl = Duration::from_millis(u64::try_from(self.replica.lease_ttl_ms).unwrap_or(0));
+        if let Some((lease, at)) = self.lock().leases.get(cluster) {
+            if at.elapsed() < ttl / 3 {
+                return Ok(Some(lease.clone()));
+            }
+        }
+        let claimed_at = Instant::now();
+        let claim = self
+            .store
+            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
+            .await?;
+        let mut state = self.lock();
+        Ok(match claim {
+            LeaseClaim::Held(lease) => {
+                state
+                    .leases
+                    .insert(cluster.clone(), (lease.clone(), claimed_at));
+                Some(lease)
+            }
+            LeaseClaim::HeldByOther(_) | LeaseClaim::NoCluster => {
+                state.leases.remove(cluster);
+                None
+            }
+        })
+    }
+
+    /// The replica stops: its row goes and its leases are given up, so that the others take its
+    /// clusters over at once.
+    pub async fn retire(&self) {
+        let leases: Vec<(ClusterName, Lease)> = self
+            .lock()
+            .leases
+            .drain()
+            .map(|(cluster, (lease, _))| (cluster, lease))
+            .collect();
+        for (cluster, lease) in leases {
+            let _ = self.store.release_lease(&cluster, &lease).await;
+        }
+        if let Err(error) = self.store.retire_replica(&self.replica.id).await {
+            tracing::warn!(%error, "cannot retire this replica's row; the others see it gone after its TTL");
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Every SQL statement the Postgres store can send names one cluster: read from the store's
+//! source (`src/store/postgres/`, the only place the oracle writes SQL), each statement that
+//! touches a cluster table must restrict it to one cluster — a `cluster = $n` (or, on
+//! `clusters`, `name = $n`) condition, or an insert whose cluster column takes one parameter — so
+//! that a distributed engine sharding these tables by `cluster` routes every statement to one
+//! shard. The few that read across clusters are admin listings and start-up upkeep, named below
+//! with why each may.
+
+use std::path::Path;
+
+use super::source::{collect, repository};
+
+/// The tables whose rows belong to one cluster each (their key leads with it).
+const CLUSTER_TABLES: &[&str] = &[
+    "clusters",
+    "silos",
+    "activations",
+    "retired_generations",
+    "pools",
+    "cluster_leases",
+    "migrations",
+    "migration_endings",
+    "cluster_work_state",
+    "edge_intake",
+    "edge_buffer",
+    "cluster_keys",
+];
+
+/// Statements that may read across clusters, by a piece of their text, and why.
+const ACROSS_CLUSTERS: &[(&str, &str)] = &[
+    (
+        "SELECT name FROM clusters WHERE $1::text IS NULL OR name > $1",
+        "the admin listing of clusters (and the background work's, every five seconds)",
+    ),
+    (
+        "SELECT status, count(*) AS n FROM silos GROUP BY status",
+        "the gauges: counts over every cluster, like an admin listing",
+    ),
+    ("FROM activations LIMIT $1", "the gauges"),
+    ("SELECT count(*) FROM migrations", "the gauges"),
+    (
+        "UPDATE clusters SET silo_ttl_ms = $1 WHERE silo_ttl_ms IS NULL",
+        "start-up upkeep: clusters made before TTLs were stored get the default",
+    ),
+    (
+        "FROM cluster_keys WHERE id = $1",
+        "a key is found by its id (the request's credential names no cluster before it is \
+         read); each replica reads a key once and keeps it, and on a distributed engine \
+         `cluster_keys` (a few rows per cluster, written by admins) is a reference table",
+    ),
+    (
+        "SELECT count(*) FROM clusters) < $4",
+        "creating a cluster checks the clusters limit (once per cluster and replica; on a \
+         distributed engine `clusters` is a reference table, read where the statement runs)",
+    ),
+];
+
+/// A statement's text, its whitespace folded.
+fn folded(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The string literals of a Rust file that are SQL statements, with the line each starts on.
+fn statements(source: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut rest = source;
+    let mut offset = 0;
+    while let Some(start) = rest.find('"') {
+        let after = &rest[start + 1..];
+        let Some(end) = closing_quote(after) else {
+            break;
+        };
+        let literal = &after[..end];
+        let line = source[..offset + start].matches('\n').count() + 1;
+        let text = folded(literal);
+        let keyword = ["SELECT ", "INSERT ", "UPDATE ", "DELETE ", "WITH "]
+            .iter()
+            .any(|k| text.starts_with(k) || text.contains(&format!(" {k}")));
+        if keyword {
+            found.push((line, text));
+        }
+        let consumed = start + 1 + end + 1;
+        rest = &rest[consumed..];
+        offset += consumed;
+    }
+    found
+}
+
+/// Where the literal starting just after a `"` ends (escapes skipped).
+fn closing_quote(text: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => return Some(i),
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+/// The cluster tables a statement reads or writes.
+fn tables(statement: &str) -> Vec<&'static str> {
+    let words: Vec<&str> = statement
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ',')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut found = Vec::new();
+    for pair in words.windows(2) {
+        let [verb, table] = pair else { continue };
+        let touches = matches!(
+            verb.to_ascii_uppercase().as_str(),
+            "FROM" | "JOIN" | "INTO" | "UPDATE" | "USING"
+        );
+        if let Some(t) = CLUSTER_TABLES.iter().find(|t| **t == *table) {
+            if touches && !found.contains(t) {
+                found.push(*t);
+            }
+        }
+    }
+    found
+}
+
+/// Whether a statement restricts what it touches to one cluster.
+fn names_one_cluster(statement: &str) -> bool {
+    let condition = ["cluster = $", "name = $"].iter().any(|c| {
+        statement
+            .match_indices(c)
+            .any(|(i, _)| i == 0 || !statement[..i].ends_with('_'))
+    });
+    // An insert of one row (or one cluster's rows) whose cluster column is one parameter.
+    let insert = statement.contains("INSERT INTO")
+        && (statement.contains("(cluster, ") || statement.contains("(name, "))
+        && (statement.contains("VALUES ($1") || statement.contains("SELECT $1,"));
+    condition || insert
+}
+
+#[test]
+fn every_statement_of_the_postgres_store_names_one_cluster() {
+    let root = repository();
+    let mut files = Vec::new();
+    collect(&root.join("src/store/postgres"), "rs", &mut files);
+    files.sort();
+    let mut checked = 0;
+    let mut across = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        for (line, statement) in statements(&source) {
+            let touched = tables(&statement);
+            if touched.is_empty() {
+                continue;
+            }
+            checked += 1;
+            let allowed = ACROSS_CLUSTERS
+                .iter()
+                .any(|(piece, _)| statement.contains(piece));
+            if !allowed && !names_one_cluster(&statement) {
+                across.push(format!(
+                    "{}:{line} touches {touched:?} across clusters: {statement}",
+                    relative(&root, file)
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} statements found: is the reader broken?"
+    );
+    assert!(across.is_empty(), "{across:#?}");
+}
+
+#[test]
+fn the_reader_finds_what_names_one_cluster_and_what_does_not() {
+    let one = "SELECT silo FROM silos WHERE cluster = $1 AND status = 'dead'";
+    let all = "SELECT silo FROM silos WHERE status = 'dead' LIMIT 1";
+    let batch = "SELECT * FROM UNNEST($1::text[], $2::text[]) AS k(cluster, silo) \
+                 JOIN silos s ON s.cluster = k.cluster";
+    let insert = "INSERT INTO pools (cluster, pool, definition) VALUES ($1, $2, $3)";
+    assert_eq!(tables(one), ["silos"]);
+    assert!(names_one_cluster(one));
+    assert!(!names_one_cluster(all));
+    assert!(!names_one_cluster(batch));
+    assert!(names_one_cluster(insert));
+    let rust = "let q = sqlx::query(\"SELECT 1 FROM clusters\n  WHERE name = $1\");";
+    assert_eq!(
+        statements(rust),
+        [(1, "SELECT 1 FROM clusters WHERE name = $1".to_owned())]
+    );
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
+}
