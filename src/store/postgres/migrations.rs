@@ -64,13 +64,24 @@ impl PostgresStore {
         let tos: Vec<&str> = sorted.iter().map(|m| m.to.as_str()).collect();
         let reasons: Vec<&str> = sorted.iter().map(|m| m.reason.as_str()).collect();
         let epochs: Vec<i64> = sorted.iter().map(|m| m.epoch).collect();
+        // Ids from the cluster's own counter, moved past the batch (under the lease, so by one
+        // writer at a time): ids a migration dropped below (its grain moved meanwhile) are
+        // simply never used.
+        let first_id: i64 = sqlx::query_scalar(
+            "UPDATE clusters SET next_migration_id = next_migration_id + $2
+             WHERE name = $1 RETURNING next_migration_id - $2",
+        )
+        .bind(cluster.as_str())
+        .bind(sorted.len() as i64)
+        .fetch_one(&mut tx)
+        .await?;
         let rows = sqlx::query(&format!(
             "INSERT INTO migrations
-                (cluster, grain, from_silo, to_silo, reason, epoch, lease_token, created_at_ms)
-             SELECT $1, n.grain, n.from_silo, n.to_silo, n.reason, n.epoch, $7,
-                    COALESCE($8::int8, oracle_now_ms())
+                (cluster, id, grain, from_silo, to_silo, reason, epoch, lease_token, created_at_ms)
+             SELECT $1, $9 + n.position - 1, n.grain, n.from_silo, n.to_silo, n.reason, n.epoch,
+                    $7, COALESCE($8::int8, oracle_now_ms())
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[])
-                  AS n(grain, from_silo, to_silo, reason, epoch)
+                  WITH ORDINALITY AS n(grain, from_silo, to_silo, reason, epoch, position)
              WHERE EXISTS (SELECT 1 FROM activations a
                            WHERE a.cluster = $1 AND a.grain = n.grain
                              AND a.silo = n.from_silo AND a.epoch = n.epoch)
@@ -85,6 +96,7 @@ impl PostgresStore {
         .bind(&epochs)
         .bind(fence.token)
         .bind(self.now())
+        .bind(first_id)
         .fetch_all(&mut tx)
         .await?;
         let mut written = rows.iter().map(migration).collect::<Result<Vec<_>, _>>()?;
@@ -178,7 +190,7 @@ impl PostgresStore {
         }
         let epoch: i64 = sqlx::query_scalar(
             "UPDATE activations
-             SET silo = $3, epoch = oracle_next_epoch(), created_ms = $4, strategy = $5
+             SET silo = $3, epoch = oracle_next_epoch(epoch), created_ms = $4, strategy = $5
              WHERE cluster = $1 AND grain = $2 RETURNING epoch",
         )
         .bind(cluster.as_str())
