@@ -125,6 +125,8 @@ pub mod metric {
         (MIGRATIONS, false),
         (REBALANCER_CYCLES, false),
         (LEASES_TAKEN, false),
+        (CLUSTERS_OWNED, false),
+        (CLUSTERS_RUN, false),
         (REBALANCER_DEVIATION, false),
         (REBALANCER_ENTROPY, false),
         (EDGES, false),

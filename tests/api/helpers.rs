@@ -44,6 +44,9 @@ pub enum Backend {
     /// Postgres through a real PgBouncer in transaction mode, with fewer server sessions than
     /// the store has connections (`ORACLE_DB_TRANSACTION_POOLING`).
     PgBouncer,
+    /// Postgres with every cluster table hash-partitioned by its cluster
+    /// ([`crate::partitioned`]).
+    Partitioned,
 }
 
 /// One oracle replica, driven in-process, working in one cluster.
@@ -146,7 +149,27 @@ impl TestDatabase {
             Backend::Memory => None,
             Backend::Postgres => Some(Self::create().await),
             Backend::PgBouncer => Some(Self::create_behind_pgbouncer().await),
+            Backend::Partitioned => Some(Self::create_partitioned().await),
         }
+    }
+
+    /// Creates a database with the oracle's schema, its cluster tables then partitioned by their
+    /// cluster ([`crate::partitioned::partition`]).
+    pub async fn create_partitioned() -> Arc<Self> {
+        let database = Self::new_database().await;
+        database.migrate().await;
+        let mut connection = sqlx::PgConnection::connect(&database.url())
+            .await
+            .expect("connect to the test database");
+        crate::partitioned::partition(&mut connection).await;
+        sqlx::query(&format!(
+            "ALTER DATABASE {} SET default_transaction_isolation TO 'serializable'",
+            database.name
+        ))
+        .execute(&mut connection)
+        .await
+        .expect("make transactions serializable");
+        Arc::new(database)
     }
 
     async fn migrate(&self) {
@@ -481,7 +504,7 @@ impl AppBuilder {
                 )),
                 None,
             ),
-            (None, Backend::Postgres | Backend::PgBouncer) => {
+            (None, Backend::Postgres | Backend::PgBouncer | Backend::Partitioned) => {
                 let database = TestDatabase::for_backend(self.backend).await.unwrap();
                 let pool = database.pool(4).await;
                 let store = reached(store_on(

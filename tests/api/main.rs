@@ -12,8 +12,10 @@
 //! (layers, no import circle, sizes) and that the docs' map and paths are true. The runtime's side of those rules,
 //! under real faults, is a binary of its own: `tests/runtime/`.
 
-/// Runs each listed test once per store: `<module>::memory::…`, `<module>::postgres::…`, and
-/// `<module>::pgbouncer::…` (Postgres through a real PgBouncer in transaction mode).
+/// Runs each listed test once per store: `<module>::memory::…`, `<module>::postgres::…`,
+/// `<module>::pgbouncer::…` (Postgres through a real PgBouncer in transaction mode), and
+/// `<module>::partitioned::…` (Postgres with every cluster table hash-partitioned by its
+/// cluster, as a distributed engine shards them).
 macro_rules! for_each_store {
     ($($test:ident),* $(,)?) => {
         mod memory {
@@ -24,6 +26,9 @@ macro_rules! for_each_store {
         }
         mod pgbouncer {
             $(#[tokio::test] async fn $test() { super::$test(super::Backend::PgBouncer).await })*
+        }
+        mod partitioned {
+            $(#[tokio::test] async fn $test() { super::$test(super::Backend::Partitioned).await })*
         }
     };
 }
@@ -42,6 +47,7 @@ mod migrations;
 mod openapi;
 mod ops;
 mod packaging;
+mod partitioned;
 mod pgbouncer;
 mod pgbouncer_process;
 mod proxy;

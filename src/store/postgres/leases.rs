@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use super::error::{lost_a_race, PgError};
 use super::PostgresStore;
 use crate::clock::Millis;
 use crate::cluster::ClusterName;
@@ -28,6 +29,24 @@ impl PostgresStore {
         ttl_ms: Millis,
         take_over: bool,
     ) -> Result<LeaseClaim, StoreError> {
+        // A claim that lost a race the database broke (racing claims under serializable
+        // transactions) is made again: it then reads the winner's lease.
+        let mut attempts = 0;
+        loop {
+            match self.claim_once(cluster, holder, ttl_ms, take_over).await {
+                Err(PgError::Sqlx(error)) if lost_a_race(&error) && attempts < 3 => attempts += 1,
+                outcome => return Ok(outcome?),
+            }
+        }
+    }
+
+    async fn claim_once(
+        &self,
+        cluster: &ClusterName,
+        holder: &str,
+        ttl_ms: Millis,
+        take_over: bool,
+    ) -> Result<LeaseClaim, PgError> {
         let claimed: Option<LeaseRow> = sqlx::query_as(
             "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
              INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)

@@ -5,7 +5,7 @@
 mod docs;
 mod paths;
 mod source;
-mod statements;
+pub mod statements;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -55,9 +55,25 @@ const ACROSS_CLUSTERS: &[(&str, &str)] = &[
     ),
 ];
 
-/// A statement's text, its whitespace folded.
+/// A statement's text, its SQL comments dropped and its whitespace folded.
 fn folded(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.lines()
+        .map(|line| line.split_once("--").map_or(line, |(code, _)| code))
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every SQL statement in the Postgres store's source, whitespace folded (for `crate::partitioned`,
+/// which explains the hot ones).
+pub fn store_statements() -> Vec<String> {
+    let mut files = Vec::new();
+    collect(&repository().join("src/store/postgres"), "rs", &mut files);
+    files
+        .iter()
+        .flat_map(|file| statements(&std::fs::read_to_string(file).unwrap()))
+        .map(|(_, statement)| statement)
+        .collect()
 }
 
 /// The string literals of a Rust file that are SQL statements, with the line each starts on.

@@ -54,8 +54,13 @@ impl PostgresStore {
         .bind(generation)
         .bind(record.protected_until_ms)
         .execute(&self.db)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        .await;
+        match done {
+            // Lost a race the database broke (a serializable engine's failure): not inserted,
+            // the caller reads again.
+            Err(error) if lost_a_race(&error) => Ok(false),
+            done => Ok(done?.rows_affected() == 1),
+        }
     }
 
     /// Whether the cluster has reached its silo limit.
@@ -96,7 +101,12 @@ impl PostgresStore {
         .bind(previous_count)
         .bind(record.protected_until_ms)
         .fetch_optional(&self.db)
-        .await?;
+        .await;
+        let written = match written {
+            // Lost a race the database broke: not written, as if the row had changed.
+            Err(error) if lost_a_race(&error) => None,
+            written => written?,
+        };
         let Some(row) = written else {
             return Ok(None);
         };
