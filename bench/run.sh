@@ -107,10 +107,10 @@ run new-fresh wrk/new
 # 2. pgbench's single-row insert into a directory-shaped table, also never analysed.
 psql "$DB" -qc "CREATE TABLE pgbench_directory (cluster text COLLATE \"C\", grain text COLLATE \"C\",
   silo text NOT NULL, strategy text NOT NULL, epoch bigint NOT NULL, created_ms bigint NOT NULL,
-  PRIMARY KEY (cluster, grain))"
+  PRIMARY KEY (cluster, grain))" -c "CREATE SEQUENCE pgbench_keys"
 cat > "$OUT/insert.sql" <<'SQL'
-INSERT INTO pgbench_directory VALUES ('bench', 'fresh/' || :client_id || '-' || nextval('activation_epochs'),
-  '10.0.0.1:11111@1', 'random', currval('activation_epochs'), 0) ON CONFLICT DO NOTHING;
+INSERT INTO pgbench_directory VALUES ('bench', 'fresh/' || :client_id || '-' || nextval('pgbench_keys'),
+  '10.0.0.1:11111@1', 'random', currval('pgbench_keys'), 0) ON CONFLICT DO NOTHING;
 SQL
 say pgbench
 pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T 2 -f "$OUT/insert.sql" "$DB" >/dev/null 2>&1
@@ -153,7 +153,7 @@ if [ "$BIG_ROWS" -gt 0 ]; then
   for ((start = 0; start < BIG_ROWS; start += chunk)); do
     psql "$DB" -qc "INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)
       SELECT '$BENCH_CLUSTER', 'user/g' || ($BENCH_GRAINS + i), '10.0.0.' || (i % $BENCH_SILOS) || ':11111@1', 'random',
-             nextval('activation_epochs'), 0
+             oracle_next_epoch(), 0
       FROM generate_series($start, LEAST($start + $chunk, $BIG_ROWS) - 1) AS i"
   done
   analyze

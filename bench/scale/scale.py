@@ -166,7 +166,7 @@ def cmd_fill_sql(a):
         print(
             "INSERT INTO activations (cluster, grain, silo, strategy, epoch, created_ms)\n"
             f"SELECT '{a.cluster}', 'user/g' || g, {silo_id_sql(a.net, 'i')},\n"
-            "       'random', nextval('activation_epochs'), (extract(epoch FROM now()) * 1000)::bigint\n"
+            "       'random', oracle_next_epoch(), (extract(epoch FROM now()) * 1000)::bigint\n"
             f"FROM generate_series({lo}, {hi}) AS g,\n     {joins};"
         )
 

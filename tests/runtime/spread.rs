@@ -14,6 +14,7 @@ use sqlx::{Connection, PgConnection};
 use crate::cluster_run::SharedDatabase;
 use crate::faults::ONE_AT_A_TIME;
 use crate::oracle_process::OracleProcess;
+use crate::store_states::metric;
 
 const CLUSTERS: usize = 30;
 /// The cluster lease's TTL in this test (replicas are seen gone after half of it).
@@ -29,20 +30,6 @@ async fn holders(db: &mut PgConnection) -> BTreeMap<String, usize> {
     .await
     .unwrap();
     rows.into_iter().map(|(h, n)| (h, n as usize)).collect()
-}
-
-/// A replica's gauge, read from its `/metrics`.
-async fn gauge(replica: &OracleProcess, name: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", replica.base()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Waits until every cluster's lease is held (unexpired) and `ready` holds of the holders;
@@ -69,7 +56,7 @@ async fn until_held(
 /// What each replica says it runs equals the leases it holds.
 async fn runs_what_it_holds(replicas: &[&OracleProcess], held: &BTreeMap<String, usize>) {
     for replica in replicas {
-        let run = gauge(replica, "oracle_background_clusters_run").await;
+        let run = metric(replica, "oracle_background_clusters_run").await;
         let holds = held.get(&replica.name).copied().unwrap_or(0);
         assert_eq!(
             run as usize, holds,

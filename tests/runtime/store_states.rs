@@ -162,7 +162,7 @@ async fn calls_waiting_for_a_connection_are_counted_while_they_wait() {
 }
 
 /// A series of the oracle process's `/metrics` (0 when absent).
-async fn metric(oracle: &OracleProcess, series: &str) -> f64 {
+pub async fn metric(oracle: &OracleProcess, series: &str) -> f64 {
     let text = reqwest::get(format!("{}/metrics", oracle.base()))
         .await
         .unwrap()
