@@ -22,6 +22,8 @@ pub use webhook::MAX_ANSWER_BYTES as MAX_WEBHOOK_ANSWER_BYTES;
 
 use super::batcher::Batcher;
 use super::views::ClusterViews;
+use futures_util::stream::{self, StreamExt};
+
 use super::{lock_rng, store_batcher, OracleError, SharedRng};
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::placement::webhook_hosts::WebhookHosts;
@@ -356,25 +358,38 @@ impl Directory {
 }
 
 /// Groups queued calls by cluster, preserving each call's position.
-fn by_cluster<T>(calls: &[(ClusterName, T)]) -> HashMap<&ClusterName, Vec<usize>> {
+fn by_cluster<T>(calls: &[(ClusterName, T)]) -> Vec<(ClusterName, Vec<usize>)> {
     let mut groups: HashMap<&ClusterName, Vec<usize>> = HashMap::new();
     for (i, (cluster, _)) in calls.iter().enumerate() {
         groups.entry(cluster).or_default().push(i);
     }
     groups
+        .into_iter()
+        .map(|(cluster, positions)| (cluster.clone(), positions))
+        .collect()
 }
+
+/// How many clusters of one batch reach the store at once: each cluster's statement names it
+/// alone, so a batch over many small clusters runs them side by side rather than in a row.
+const CLUSTERS_AT_ONCE: usize = 8;
 
 /// One batched lookup: a store call per cluster in the batch.
 async fn lookup_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, GrainId)>,
 ) -> Result<Vec<Option<Located>>, StoreError> {
-    let mut answers = vec![None; calls.len()];
-    for (cluster, positions) in by_cluster(&calls) {
+    let per_cluster = by_cluster(&calls).into_iter().map(|(cluster, positions)| {
+        let store = store.clone();
         let grains: Vec<GrainId> = positions.iter().map(|&i| calls[i].1.clone()).collect();
-        let found: HashMap<String, Located> = store
-            .lookup(cluster, &grains)
-            .await
+        async move { (positions, store.lookup(&cluster, &grains).await) }
+    });
+    let found: Vec<_> = stream::iter(per_cluster)
+        .buffer_unordered(CLUSTERS_AT_ONCE)
+        .collect()
+        .await;
+    let mut answers = vec![None; calls.len()];
+    for (positions, located) in found {
+        let found: HashMap<String, Located> = located
             .inspect_err(|_| metric::store_error("lookup"))?
             .into_iter()
             .map(|located| (located.activation.grain.clone(), located))
@@ -435,13 +450,19 @@ where
     F: Fn(ClusterName, Vec<T>) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Registration>, StoreError>>,
 {
-    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
-    for (cluster, positions) in by_cluster(calls) {
+    let per_cluster = by_cluster(calls).into_iter().map(|(cluster, positions)| {
         let (unique, duplicates) = first_of_each_grain(&positions, |i| grain_of(&calls[i].1));
         let entries: Vec<T> = unique.iter().map(|&i| calls[i].1.clone()).collect();
-        let outcomes = run(cluster.clone(), entries)
-            .await
-            .inspect_err(|_| metric::store_error(operation))?;
+        let outcomes = run(cluster, entries);
+        async move { (unique, duplicates, outcomes.await) }
+    });
+    let done: Vec<_> = stream::iter(per_cluster)
+        .buffer_unordered(CLUSTERS_AT_ONCE)
+        .collect()
+        .await;
+    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
+    for (unique, duplicates, outcomes) in done {
+        let outcomes = outcomes.inspect_err(|_| metric::store_error(operation))?;
         fan_out(&mut answers, &unique, outcomes, &duplicates);
     }
     Ok(answers)

@@ -28,6 +28,9 @@ use crate::store::{
 
 /// Silos of one heartbeat batch taking the one-by-one path at once (each holds a connection).
 const SILOS_ONE_BY_ONE_AT_ONCE: usize = 4;
+/// How many clusters of one batch of heartbeats are written at once (each cluster's statements
+/// name it alone).
+const CLUSTERS_AT_ONCE: usize = 8;
 
 /// Most expired tombstones one sweep forgets.
 const FORGET_CHUNK: i64 = 1_000;
@@ -349,18 +352,31 @@ impl MembershipStore for PostgresStore {
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
         // One read and one write per cluster of the batch: every statement names one cluster,
         // so that a distributed engine routes each to the one shard holding it.
+        // Clusters' statements run side by side, a few at a time, each on a connection of its own:
+        // a batch naming many small clusters costs a few round trips, not one pair per cluster
+        // in a row.
         let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
             (0..silos.len()).map(|_| None).collect();
         let mut one_by_one = Vec::new();
-        for positions in positions_by_cluster(silos) {
-            let group: Vec<(ClusterName, SiloId)> =
-                positions.iter().map(|&i| silos[i].clone()).collect();
-            let in_group = |j: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
-                update(positions[j], previous, liveness)
-            };
-            let batched = self
-                .guard(self.try_record_heartbeats(&group, &in_group))
-                .await?;
+        let per_cluster = positions_by_cluster(silos)
+            .into_iter()
+            .map(|positions| async move {
+                let group: Vec<(ClusterName, SiloId)> =
+                    positions.iter().map(|&i| silos[i].clone()).collect();
+                let in_group = |j: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
+                    update(positions[j], previous, liveness)
+                };
+                let batched = self
+                    .guard(self.try_record_heartbeats(&group, &in_group))
+                    .await;
+                (positions, batched)
+            });
+        let batches: Vec<_> = futures_util::stream::iter(per_cluster)
+            .buffer_unordered(CLUSTERS_AT_ONCE)
+            .collect()
+            .await;
+        for (positions, batched) in batches {
+            let batched = batched?;
             for (j, outcome) in batched.outcomes.into_iter().enumerate() {
                 outcomes[positions[j]] = outcome;
             }
