@@ -284,6 +284,10 @@ async fn start_background(oracle: &Oracle, config: &Config) -> anyhow::Result<Ba
         movers: oracle.movers.clone(),
     };
     background.spawn(
+        "stamps",
+        background::run_stamps(oracle.ownership.clone(), background.stopping()),
+    );
+    background.spawn(
         "clusters",
         background::run_clusters(work, background.stopping()),
     );

@@ -61,11 +61,33 @@ pub async fn run_clusters(work: ClusterWork, shutdown: impl Future<Output = ()>)
     }
 }
 
+/// Stamps this replica in the replicas table every second until `shutdown` completes, apart from
+/// the clusters' work, whose ticks may run long.
+pub async fn run_stamps(ownership: Arc<Ownership>, shutdown: impl Future<Output = ()>) {
+    let mut ticks = tokio::time::interval(TICK * SWEEP_EVERY as u32);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = ticks.tick() => {}
+        }
+        if let Err(error) = ownership.stamp().await {
+            tracing::warn!(%error, "cannot stamp this replica; retrying");
+        }
+    }
+}
+
 /// Refreshes ownership and sweeps each owned cluster whose lease this replica holds; returns
 /// those whose grains may move.
 async fn sweep_owned(work: &ClusterWork) -> BTreeSet<ClusterName> {
     let owned = match work.ownership.refresh().await {
-        Ok(owned) => owned,
+        Ok(refreshed) => {
+            for (cluster, lease) in &refreshed.lost {
+                work.movers.hand_back(cluster, lease).await;
+            }
+            refreshed.owned
+        }
         Err(error) => {
             tracing::error!(%error, "cannot tell which clusters this replica runs; retrying next tick");
             return BTreeSet::new();

@@ -14,7 +14,7 @@ use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use clusters::{run_clusters, ClusterWork, SWEEP_EVERY, TICK};
+pub use clusters::{run_clusters, run_stamps, ClusterWork, SWEEP_EVERY, TICK};
 
 /// The replica's background tasks.
 pub struct Background {

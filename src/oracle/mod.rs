@@ -36,7 +36,7 @@ pub use movers::{
     Drained, DriverStep, EdgesTaken, MigrationListing, Moved, Movers, RebalancerCycle,
     RebalancerStatus, RepartitionerRound, RepartitionerStatus,
 };
-pub use ownership::Ownership;
+pub use ownership::{Ownership, Refreshed};
 pub use policies::Policies;
 pub use snapshot::{DrainProgress, SiloSnapshot};
 

@@ -7,7 +7,8 @@
 //! ([`crate::cluster::ownership`]), and takes or renews each owned cluster's lease before it
 //! works on it: ownership says who asks, the lease says who acts, so two replicas that briefly
 //! disagree on who is alive never both work on a cluster. A lease it holds for a cluster it no
-//! longer owns (a replica joined) is given up at once, so the new owner starts within a tick; a
+//! longer owns (a replica joined) is given up at once (under the cluster's movers' gate, so not in
+//! the middle of an operator's request on this replica), so the new owner starts within a tick; a
 //! replica that stops is seen gone after the replica TTL, and its leases run out within the
 //! lease TTL, whichever is later (at shutdown it retires its row and gives its leases up, so the
 //! others start at once).
@@ -30,12 +31,23 @@ use crate::telemetry::metric;
 const CLUSTER_LIST_AGE: Duration = Duration::from_secs(5);
 /// Page size of the cluster listing.
 const LIST_PAGE: u32 = 1_000;
+/// How old the last stamp may be before a refresh stamps itself.
+const STAMP_AGE: Duration = Duration::from_secs(2);
 /// A replica missing from the table this long is taken for gone, at the least.
 const MIN_REPLICA_TTL_MS: Millis = 3_000;
+
+/// What a refresh found.
+pub struct Refreshed {
+    /// The clusters this replica owns now.
+    pub owned: Vec<ClusterName>,
+    /// Leases it held for clusters it no longer owns.
+    pub lost: Vec<(ClusterName, Lease)>,
+}
 
 #[derive(Default)]
 struct State {
     replicas: Vec<String>,
+    stamped_at: Option<Instant>,
     clusters: Vec<ClusterName>,
     listed_at: Option<Instant>,
     /// Leases this replica's background work holds, with when (monotonic) each was taken or
@@ -68,13 +80,16 @@ impl Ownership {
         (self.replica.lease_ttl_ms / 2).max(MIN_REPLICA_TTL_MS)
     }
 
-    /// Stamps this replica, reads the live ones (and, every few seconds, the clusters), gives up
-    /// the leases of clusters it no longer owns, and returns the clusters it owns now.
-    pub async fn refresh(&self) -> Result<Vec<ClusterName>, OracleError> {
-        let replicas = self
-            .store
-            .announce_replica(&self.replica.id, self.replica_ttl_ms())
-            .await?;
+    /// Stamps this replica, reads the live ones (and, every few seconds, the clusters), and
+    /// returns the clusters it owns now, and the leases it holds for clusters it no longer owns
+    /// (to be given up at once, [`super::Movers::hand_back`], so that the new owner starts).
+    pub async fn refresh(&self) -> Result<Refreshed, OracleError> {
+        // Stamped by its own task every second ([`Self::stamp`]); here too when that task has not
+        // run for two seconds (or does not run).
+        let stamped = self.lock().stamped_at;
+        if stamped.is_none_or(|at| at.elapsed() >= STAMP_AGE) {
+            self.stamp().await?;
+        }
         let stale = self
             .lock()
             .listed_at
@@ -87,7 +102,6 @@ impl Ownership {
         }
         let (owned, given_up) = {
             let mut state = self.lock();
-            state.replicas = replicas;
             let me = &self.replica.id;
             let owned: Vec<ClusterName> = state
                 .clusters
@@ -106,14 +120,25 @@ impl Ownership {
             }
             (owned, given_up)
         };
-        for (cluster, lease) in given_up {
-            // Handed to the new owner now rather than when it runs out.
-            if let Err(error) = self.store.release_lease(&cluster, &lease).await {
-                tracing::warn!(%cluster, %error, "cannot give the cluster's lease up; it runs out by itself");
-            }
-        }
         metric::clusters_owned(owned.len());
-        Ok(owned)
+        Ok(Refreshed {
+            owned,
+            lost: given_up,
+        })
+    }
+
+    /// Stamps this replica's row and reads the live replicas. Run on a timer of its own
+    /// (`background::run_stamps`), so that a long tick of the clusters' work never lets this
+    /// replica's row age past the replica TTL (the others would take its clusters).
+    pub async fn stamp(&self) -> Result<(), OracleError> {
+        let replicas = self
+            .store
+            .announce_replica(&self.replica.id, self.replica_ttl_ms())
+            .await?;
+        let mut state = self.lock();
+        state.replicas = replicas;
+        state.stamped_at = Some(Instant::now());
+        Ok(())
     }
 
     /// Every cluster, a page at a time.

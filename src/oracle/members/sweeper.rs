@@ -7,7 +7,7 @@
 //! placements judge liveness themselves at request time, and an entry on a dead silo is never
 //! live. The sweep makes deaths and releases visible (listings, metrics) within about a second.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::Members;
@@ -61,6 +61,12 @@ impl Members {
         let mut dead = 0;
         if due.silent {
             dead = self.declare_dead(cluster).await?.dead.len();
+        } else {
+            // Nothing silent: whatever it deferred is over.
+            self.deferred_deaths
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .note(cluster.as_str(), &[]);
         }
         if due.unreleased || dead > 0 {
             self.release_dead(cluster).await?;
@@ -100,7 +106,7 @@ impl Members {
             .deferred_deaths
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .note(&reaping.deferred);
+            .note(cluster.as_str(), &reaping.deferred);
         for (cluster, silos) in by_cluster(&newly_deferred) {
             tracing::warn!(
                 cluster,
@@ -193,15 +199,19 @@ fn named(silos: &[&str]) -> String {
 /// counted once, however many sweeps it lasts. Bounded by the silos alive in the store.
 #[derive(Debug, Default)]
 pub(super) struct DeferredDeaths {
-    deferring: HashSet<Reaped>,
+    /// By cluster: each cluster is swept on its own.
+    deferring: HashMap<String, HashSet<Reaped>>,
 }
 
 impl DeferredDeaths {
-    /// Takes the silos one sweep deferred; returns those it had not been deferring.
-    pub(super) fn note(&mut self, deferred: &[Reaped]) -> Vec<Reaped> {
+    /// Takes the silos one sweep of `cluster` deferred; returns those it had not been deferring.
+    pub(super) fn note(&mut self, cluster: &str, deferred: &[Reaped]) -> Vec<Reaped> {
         let now: HashSet<Reaped> = deferred.iter().cloned().collect();
-        let new = now.difference(&self.deferring).cloned().collect();
-        self.deferring = now;
+        let before = self.deferring.remove(cluster).unwrap_or_default();
+        let new = now.difference(&before).cloned().collect();
+        if !now.is_empty() {
+            self.deferring.insert(cluster.to_owned(), now);
+        }
         new
     }
 }
@@ -220,10 +230,23 @@ mod tests {
     #[test]
     fn a_deferred_death_is_counted_once_while_it_lasts_and_again_when_deferred_anew() {
         let mut deferred = DeferredDeaths::default();
-        assert_eq!(deferred.note(&[silo("a@1"), silo("b@1")]).len(), 2);
-        assert_eq!(deferred.note(&[silo("a@1"), silo("b@1")]), vec![]);
-        assert_eq!(deferred.note(&[silo("a@1")]), vec![]);
-        assert_eq!(deferred.note(&[]), vec![]);
-        assert_eq!(deferred.note(&[silo("a@1")]), vec![silo("a@1")]);
+        assert_eq!(deferred.note("c", &[silo("a@1"), silo("b@1")]).len(), 2);
+        assert_eq!(deferred.note("c", &[silo("a@1"), silo("b@1")]), vec![]);
+        assert_eq!(deferred.note("c", &[silo("a@1")]), vec![]);
+        assert_eq!(deferred.note("c", &[]), vec![]);
+        assert_eq!(deferred.note("c", &[silo("a@1")]), vec![silo("a@1")]);
+    }
+
+    #[test]
+    fn clusters_swept_in_turn_keep_their_own_deferred_deaths() {
+        let mut deferred = DeferredDeaths::default();
+        let other = Reaped {
+            cluster: "d".into(),
+            silo: "x@1".into(),
+        };
+        assert_eq!(deferred.note("c", &[silo("a@1")]).len(), 1);
+        assert_eq!(deferred.note("d", std::slice::from_ref(&other)).len(), 1);
+        assert_eq!(deferred.note("c", &[silo("a@1")]), vec![]);
+        assert_eq!(deferred.note("d", std::slice::from_ref(&other)), vec![]);
     }
 }

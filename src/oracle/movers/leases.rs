@@ -60,6 +60,15 @@ impl Movers {
         }
     }
 
+    /// Gives up `lease` of a cluster this replica no longer owns, once no mover of this replica
+    /// is working on it (its gate), so that the new owner carries on at once.
+    pub async fn hand_back(&self, cluster: &ClusterName, lease: &Lease) {
+        let _gate = self.mover_gate(cluster).await;
+        if let Err(error) = self.store.release_lease(cluster, lease).await {
+            tracing::warn!(%cluster, %error, "cannot give the cluster's lease up; it runs out by itself");
+        }
+    }
+
     /// Holds the cluster's movers' gate: on this replica, one mover at a time reads, plans and
     /// writes a cluster's migrations and work state (the driver and operators' requests share
     /// the lease's token, so the fence alone cannot order them).

@@ -50,8 +50,9 @@ const ACROSS_CLUSTERS: &[(&str, &str)] = &[
     ),
     (
         "SELECT count(*) FROM clusters) < $4",
-        "creating a cluster checks the clusters limit (once per cluster and replica; on a \
-         distributed engine `clusters` is a reference table, read where the statement runs)",
+        "creating a cluster checks the clusters limit: a count over every shard of \
+         `clusters` (distributed by name, docs/scaling.md), paid once per cluster created, \
+         which is rare next to the cluster's own traffic",
     ),
 ];
 
@@ -137,12 +138,21 @@ fn tables(statement: &str) -> Vec<&'static str> {
     found
 }
 
-/// Whether a statement restricts what it touches to one cluster.
+/// Whether a statement restricts what it touches to one cluster: a `cluster = $n` condition
+/// (qualified or not, not part of a longer column name) that is not one side of an `OR`, which
+/// would let the statement read every cluster.
 fn names_one_cluster(statement: &str) -> bool {
     let condition = ["cluster = $", "name = $"].iter().any(|c| {
-        statement
-            .match_indices(c)
-            .any(|(i, _)| i == 0 || !statement[..i].ends_with('_'))
+        statement.match_indices(c).any(|(i, found)| {
+            let qualifier =
+                statement[..i].trim_end_matches(|c: char| c.is_alphanumeric() || c == '.');
+            let after = statement[i + found.len()..]
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start_matches(')');
+            !qualifier.ends_with('_')
+                && !qualifier.trim_end().ends_with(" OR")
+                && !after.starts_with(" OR ")
+        })
     });
     // An insert of one row (or one cluster's rows) whose cluster column is one parameter.
     let insert = statement.contains("INSERT INTO")
@@ -202,6 +212,28 @@ fn the_reader_finds_what_names_one_cluster_and_what_does_not() {
         statements(rust),
         [(1, "SELECT 1 FROM clusters WHERE name = $1".to_owned())]
     );
+}
+
+#[test]
+fn a_cluster_condition_counts_only_when_it_binds_the_statement_to_one_cluster() {
+    let one = [
+        "SELECT silo FROM silos WHERE cluster = $1 AND silo = $2",
+        "SELECT s.silo FROM silos s WHERE s.cluster = $1",
+        "UPDATE clusters SET policy = $2 WHERE name = $1",
+        "INSERT INTO silos (cluster, silo) VALUES ($1, $2)",
+    ];
+    let across = [
+        "SELECT silo FROM silos WHERE from_cluster = $1",
+        "SELECT silo FROM silos WHERE $1::text IS NULL OR cluster = $1",
+        "SELECT silo FROM silos WHERE (cluster = $1 OR silo = $2)",
+        "SELECT silo FROM silos",
+    ];
+    for statement in one {
+        assert!(names_one_cluster(statement), "{statement}");
+    }
+    for statement in across {
+        assert!(!names_one_cluster(statement), "{statement}");
+    }
 }
 
 fn relative(root: &Path, path: &Path) -> String {
