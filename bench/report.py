@@ -1,5 +1,6 @@
 """Turns bench/run.sh's raw figures into its table: each scenario beside the figure it is judged
-against (the floor, pgbench's single-row insert, or the same scenario on the small directory).
+against (the floor, pgbench's single-row insert, or the same scenario on the small directory), and
+the CPU time each request cost the oracle and the Postgres server.
 
     python3 bench/report.py bench/results/<time>    # prints Markdown
 """
@@ -26,8 +27,9 @@ def read(path):
     if path.exists():
         for line in path.read_text().split("\n"):
             fields = line.split()
-            if len(fields) == 6:
-                rows[fields[0]] = fields[1:]
+            if len(fields) >= 6:
+                # Results written before the CPU columns have none.
+                rows[fields[0]] = (fields[1:] + ["-", "-"])[:7]
     return rows
 
 
@@ -42,12 +44,12 @@ def main():
     out = Path(sys.argv[1])
     rows = read(out / "results.txt")
     rate = {name: number(r[0]) for name, r in rows.items()}
-    print("| scenario | requests/s | ratio | p50 ms | p99 ms | non-2xx |")
-    print("|---|---:|---|---:|---:|---:|")
+    print("| scenario | requests/s | ratio | p50 ms | p99 ms | non-2xx | oracle CPU µs/request | Postgres CPU µs/request |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     for name, (what, base) in SCENARIOS.items():
         if name not in rows:
             continue
-        rps, p50, p99, errors, _ = rows[name]
+        rps, p50, p99, errors, _, oracle_cpu, db_cpu = rows[name]
         ratio = ""
         if base and rate.get(base) and rate.get(name) is not None:
             ratio = f"{rate[name] / rate[base]:.2f} of {base}"
@@ -55,7 +57,7 @@ def main():
             p50, p99 = f"{float(p50):.2f} (mean)", "–"
         else:
             p50, p99 = f"{float(p50):.2f}", f"{float(p99):.2f}"
-        print(f"| {what} | {float(rps):,.0f} | {ratio} | {p50} | {p99} | {errors} |")
+        print(f"| {what} | {float(rps):,.0f} | {ratio} | {p50} | {p99} | {errors} | {oracle_cpu} | {db_cpu} |")
     sweep = read_sweep(out / "sweep.txt")
     if sweep:
         print()
@@ -74,7 +76,7 @@ def read_sweep(path):
     if path.exists():
         for line in path.read_text().split("\n"):
             fields = line.split()
-            if len(fields) == 6:
+            if len(fields) >= 6:
                 sweep.setdefault(fields[0], {})[int(fields[5])] = fields[1:]
     return sweep
 

@@ -21,6 +21,9 @@
 #   uniform-10M   known grains drawn uniformly from all of them (bench/scale/known.lua: nearly no
 #                 two requests alike)
 #   sweep         floor, existing and new at each concurrency in SWEEP (5 s each)
+# Each scenario also reports the CPU time per request of the oracle process and of the local
+# Postgres server's processes (read from /proc before and after the measured run; the Postgres
+# figure is "-" when the server is not on this machine, and for pgbench it is per insert).
 # The table, the raw figures and a plot (plot.svg: requests/s and p99 per scenario, and over
 # concurrency) go to bench/results/<time>/. Needs wrk and pgbench (apt-get install wrk
 # postgresql-contrib) and a Postgres that lets the user create databases (BENCH_DATABASE_SERVER,
@@ -77,9 +80,22 @@ done
 # wrk's latency lines look like "     50%    1.23ms"; turn a duration into milliseconds.
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
 
-# Runs one scenario: name, wrk script (under bench/, without .lua), connections, seconds. Prints "name rps p50 p99 non2xx conns".
+# CPU time, in clock ticks (user + system, reaped children's included), of one process, and of every
+# process of the Postgres server on this machine (nothing when it runs elsewhere).
+HZ=$(getconf CLK_TCK)
+ticks_of() { awk '{sub(/^.*\) /, ""); print $12 + $13 + $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+postgres_ticks() {
+  local total=0 pid
+  for pid in $(pgrep -u postgres 2>/dev/null); do total=$((total + $(ticks_of "$pid"))); done
+  echo "$total"
+}
+# Microseconds of CPU per request: ticks, requests; "-" without requests or without a local server.
+per_request() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN { if (n > 0 && t > 0) printf "%.1f", t * 1000000 / hz / n; else print "-" }'; }
+
+# Runs one scenario: name, wrk script (under bench/, without .lua), connections, seconds. Prints
+# "name rps p50 p99 non2xx conns oracle-cpu-µs-per-request postgres-cpu-µs-per-request".
 measure() {
-  local name=$1 script=$2 conns=$3 seconds=$4 out perf_pid=""
+  local name=$1 script=$2 conns=$3 seconds=$4 out perf_pid="" oracle_before db_before
   # New grains are new: every wrk invocation names its own (a name reused from an earlier run of
   # the same scenario would be a directory hit).
   export BENCH_RUN="$$-$name-$conns-$(date +%s%N)"
@@ -89,18 +105,21 @@ measure() {
     perf record -F 499 -a -g -o "$OUT/$name.perf" -- sleep "$((seconds - 1))" 2>/dev/null &
     perf_pid=$!
   fi
+  oracle_before=$(ticks_of "$ORACLE"); db_before=$(postgres_ticks)
   out=$(wrk -t"$THREADS" -c"$conns" -d"${seconds}s" --timeout 10s --latency -s "bench/$script.lua" "$BASE")
+  local oracle_ticks=$(($(ticks_of "$ORACLE") - oracle_before)) db_ticks=$(($(postgres_ticks) - db_before))
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     bench/profile-summary.sh "$OUT/$name.perf" > "$PROFILE_DIR/$name.txt" 2>/dev/null || true
     rm -f "$OUT/$name.perf"
   fi
-  local rps p50 p99 errors
+  local rps p50 p99 errors requests
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  requests=$(awk '/ requests in / {print $1}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)
   p99=$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)
   errors=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); errors=${errors:-0}
-  echo "$name $rps $p50 $p99 $errors $conns"
+  echo "$name $rps $p50 $p99 $errors $conns $(per_request "$oracle_ticks" "$requests") $(per_request "$db_ticks" "$requests")"
 }
 run() { say "$1"; measure "$1" "$2" "$CONNECTIONS" "$DURATION" | tee -a "$OUT/results.txt"; }
 analyze() { psql "$DB" -qc 'VACUUM (ANALYZE)' >/dev/null; }
@@ -119,10 +138,13 @@ SQL
 say pgbench
 pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T 2 -f "$OUT/insert.sql" "$DB" >/dev/null 2>&1
 psql "$DB" -qc 'TRUNCATE pgbench_directory'
+db_before=$(postgres_ticks)
 pgbench_out=$(pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$OUT/insert.sql" "$DB" 2>&1)
+db_ticks=$(($(postgres_ticks) - db_before))
 tps=$(awk '/^tps/ {print $3; exit}' <<<"$pgbench_out")
 latency=$(awk '/^latency average/ {print $4}' <<<"$pgbench_out")
-echo "pgbench $tps $latency - 0 $CONNECTIONS" | tee -a "$OUT/results.txt"
+inserts=$(awk '/^number of transactions actually processed/ {print $NF}' <<<"$pgbench_out")
+echo "pgbench $tps $latency - 0 $CONNECTIONS - $(per_request "$db_ticks" "$inserts")" | tee -a "$OUT/results.txt"
 
 # 3. The known grains, then every other scenario on an analysed database.
 say "placing $BENCH_GRAINS known grains"
