@@ -52,10 +52,13 @@ use views::ClusterViews;
 const MAX_BATCH: usize = 1_000;
 /// Batched store calls of one kind in flight at once. Fewer in flight means fuller batches (fewer
 /// statements and commits per call) but more waiting behind the one under way. Measured on two
-/// cores with bench/run.sh's new-grain scenario (64 connections), after placements became one
-/// statement per batch: 2 gave 10–14k placements/s against 10–11k for 4 (8 and 15 grains per
-/// commit); 1 varied from 13k to 17k with a p99 of up to 41 ms.
-const BATCHES_IN_FLIGHT: usize = 2;
+/// cores with bench/run.sh (64 connections, the two settings' binaries alternated, two runs each,
+/// docs/PERFORMANCE.md): 1 against 2 gave new grains 19.5–19.8k/s against 16.4–16.8k (the
+/// database's CPU per grain 34 µs against 47–48), on a fresh database 22.6–23.2k against
+/// 16.9–17.5k, heartbeats 12.4–12.5k against 10.6–11.1k, racing callers 24.3–24.8k against
+/// 21.6–21.7k, at a new grain's p99 of 11–12 ms against 7; 4 was worse than 2 on every path. Over
+/// 1,000 clusters (bench/clusters/run.py) the two were alike.
+const BATCHES_IN_FLIGHT: usize = 1;
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
 const MAX_QUEUED_CALLS: usize = 20_000;
