@@ -56,9 +56,11 @@ const MAX_BATCH: usize = 1_000;
 /// docs/PERFORMANCE.md): 1 against 2 gave new grains 19.5–19.8k/s against 16.4–16.8k (the
 /// database's CPU per grain 34 µs against 47–48), on a fresh database 22.6–23.2k against
 /// 16.9–17.5k, heartbeats 12.4–12.5k against 10.6–11.1k, racing callers 24.3–24.8k against
-/// 21.6–21.7k, at a new grain's p99 of 11–12 ms against 7; 4 was worse than 2 on every path. Over
-/// 1,000 clusters (bench/clusters/run.py) the two were alike.
-const BATCHES_IN_FLIGHT: usize = 1;
+/// 21.6–21.7k, at a new grain's p99 of 11–12 ms against 7; 4 was worse than 2 on every path. It
+/// stays 2: with 1, the rio-rs side-by-side test's cut-off run stalled once in CI (66 increments
+/// a second, answers taking 4 s, and activations its referee counted twice), which is to be
+/// understood before one batch is all a replica has in flight.
+const BATCHES_IN_FLIGHT: usize = 2;
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
 const MAX_QUEUED_CALLS: usize = 20_000;
