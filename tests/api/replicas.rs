@@ -321,7 +321,7 @@ async fn reached_pool(database: &TestDatabase) -> sqlx::PgPool {
 /// A replica answers placements of grains it answered for lately from its own cache, so its answer
 /// can be stale: another replica may have moved the grain since. The store alone registers, so a
 /// stale answer costs a forwarded call, never a second activation — as long as a silo runs a grain
-/// only under a registration it holds (the README's "What a runtime does with an answer").
+/// only under a registration it holds ("What a runtime does with an answer" in docs/runtimes.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_cached_answer_never_makes_a_second_activation() {
     let (a, b, check) = two_replicas().await;

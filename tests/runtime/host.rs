@@ -1,5 +1,5 @@
 //! A silo host built on the Rust SDK (`sdk/rust`), so that the harness holds the SDK to every
-//! rule the README gives a runtime ("What a runtime does with an answer"):
+//! rule docs/runtimes.md gives a runtime ("What a runtime does with an answer"):
 //!
 //! - the SDK's [`Silo`] heartbeats every [`HEARTBEAT_INTERVAL`] and holds the lease each
 //!   acknowledgement grants (counted from when it sent that heartbeat); the host runs grains only

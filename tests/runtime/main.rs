@@ -1,7 +1,7 @@
 //! The runtime harness: the oracle as runtimes meet it, under faults.
 //!
 //! Real oracle processes (the built binary, two replicas) on real Postgres; silo hosts
-//! ([`host`]) built on the Rust SDK (`sdk/rust`), so that it keeps every rule the README gives a
+//! ([`host`]) built on the Rust SDK (`sdk/rust`), so that it keeps every rule docs/runtimes.md gives a
 //! runtime, the silo lease included; callers
 //! ([`callers`]) that ask either replica and call the host named; and a referee ([`registry`])
 //! that records every activation's start and end and counts two hosts running one grain at once.
