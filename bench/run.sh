@@ -20,7 +20,9 @@
 #   existing-10M  the same known grains after BIG_ROWS (10 million) more rows fill the directory
 #   uniform-10M   known grains drawn uniformly from all of them (bench/scale/known.lua: nearly no
 #                 two requests alike)
-#   sweep         floor, existing and new at each concurrency in SWEEP (5 s each)
+#   sweep         floor, existing, new and heartbeats at each concurrency in SWEEP (5 s each): a
+#                 heartbeat batch is as full as the callers waiting, so 64 connections do not show
+#                 what heartbeats reach when more silos beat at once
 # Each scenario also reports the CPU time per request of the oracle process and of the local
 # Postgres server's processes (read from /proc before and after the measured run; the Postgres
 # figure is "-" when the server is not on this machine, and for pgbench it is per insert).
@@ -162,9 +164,9 @@ for scenario in floor heartbeats existing new racing; do
   run "$scenario" "wrk/$scenario"
 done
 
-# 4. Concurrency: the floor, known and new grains from 8 to 256 connections.
+# 4. Concurrency: the floor, known and new grains and heartbeats from 8 to 256 connections.
 for conns in $SWEEP; do
-  for scenario in floor existing new; do
+  for scenario in floor existing new heartbeats; do
     say "sweep $scenario at $conns"
     measure "$scenario" "wrk/$scenario" "$conns" "$SWEEP_DURATION" >> "$OUT/sweep.txt"
   done

@@ -14,15 +14,37 @@
 //! [`StoreError::Overloaded`] (503 with Retry-After) rather than queueing without limit while the
 //! store is slow. A call whose caller went away (its request timed out or the client hung up) is
 //! dropped from its batch instead of being run for nobody.
+//!
+//! One batch at a time while batches are quick, more only when one is slow: a batch starts beside
+//! another only once the latest has been out for [`Limits::overlap_after`]. Calls that pile up
+//! behind a quick batch then ride the next one (fewer, fuller batches: fewer statements and commits
+//! per call), while a batch stuck behind a lock or a slow store holds nothing up for longer than
+//! that.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+use tokio::time::Instant;
 
 use crate::store::StoreError;
 
 type Reply<O> = oneshot::Sender<Result<O, StoreError>>;
+
+/// How a [`Batcher`] batches.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most inputs one run gets.
+    pub max_batch: usize,
+    /// Most runs under way at once.
+    pub max_in_flight: usize,
+    /// How long the latest run must have been under way before another may start beside it.
+    pub overlap_after: Duration,
+    /// Most calls waiting; one more is refused at once.
+    pub max_queued: usize,
+}
 
 /// A queue in front of one batched store operation taking `I`s and answering one `O` each.
 pub struct Batcher<I, O> {
@@ -30,22 +52,29 @@ pub struct Batcher<I, O> {
 }
 
 impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
-    /// Starts the batching task. `run` gets up to `max_batch` inputs and must answer one output per
-    /// input, in order; at most `max_in_flight` runs overlap and at most `max_queued` calls wait.
-    /// The task ends with the batcher.
-    pub fn spawn<F, Fut>(max_batch: usize, max_in_flight: usize, max_queued: usize, run: F) -> Self
+    /// Starts the batching task. `run` gets up to `limits.max_batch` inputs and must answer one
+    /// output per input, in order. The task ends with the batcher.
+    pub fn spawn<F, Fut>(limits: Limits, run: F) -> Self
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<O>, StoreError>> + Send + 'static,
     {
+        let Limits {
+            max_batch,
+            max_in_flight,
+            overlap_after,
+            max_queued,
+        } = limits;
         let (queue, mut incoming) = mpsc::channel::<(I, Reply<O>)>(max_queued);
         let run = Arc::new(run);
         let slots = Arc::new(Semaphore::new(max_in_flight));
+        let runs = Arc::new(Runs::default());
         tokio::spawn(async move {
             loop {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
+                runs.wait_turn(overlap_after).await;
                 let mut batch = Vec::new();
                 while batch.is_empty() {
                     let Some(first) = incoming.recv().await else {
@@ -61,6 +90,7 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
                     }
                 }
                 let run = run.clone();
+                let this_run = runs.start();
                 tokio::spawn(async move {
                     let (inputs, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
                     match run(inputs).await {
@@ -76,6 +106,7 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
                             }
                         }
                     }
+                    drop(this_run);
                     drop(slot);
                 });
             }
@@ -116,23 +147,168 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     }
 }
 
+/// The runs under way, and when the latest began.
+struct Runs {
+    under_way: AtomicUsize,
+    latest_start: Mutex<Instant>,
+    ended: Notify,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self {
+            under_way: AtomicUsize::new(0),
+            latest_start: Mutex::new(Instant::now()),
+            ended: Notify::new(),
+        }
+    }
+}
+
+impl Runs {
+    /// Returns when a new run may start: at once when none is under way, else when one ends or
+    /// the latest has been under way for `overlap_after`.
+    async fn wait_turn(&self, overlap_after: Duration) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the check, so an end between the check and the wait is not missed.
+            ended.as_mut().enable();
+            if self.under_way.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            let turn = *self.latest() + overlap_after;
+            if Instant::now() >= turn {
+                return;
+            }
+            tokio::select! {
+                () = ended => {}
+                () = tokio::time::sleep_until(turn) => {}
+            }
+        }
+    }
+
+    /// Counts a run as under way until the returned guard is dropped.
+    fn start(self: &Arc<Self>) -> RunUnderWay {
+        *self.latest() = Instant::now();
+        self.under_way.fetch_add(1, Ordering::SeqCst);
+        RunUnderWay(self.clone())
+    }
+
+    fn latest(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.latest_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A run under way; its end is counted when dropped (also if the run panics).
+struct RunUnderWay(Arc<Runs>);
+
+impl Drop for RunUnderWay {
+    fn drop(&mut self) {
+        self.0.under_way.fetch_sub(1, Ordering::SeqCst);
+        self.0.ended.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
 
+    /// Limits under which a run may start beside another at once.
+    fn limits(max_batch: usize, max_in_flight: usize, max_queued: usize) -> Limits {
+        Limits {
+            max_batch,
+            max_in_flight,
+            overlap_after: Duration::ZERO,
+            max_queued,
+        }
+    }
+
+    /// A batcher of two runs in flight whose runs each wait for their own release, and the
+    /// inputs of each run as it starts.
+    #[allow(clippy::type_complexity)]
+    fn held_runs(
+        overlap_after: Duration,
+    ) -> (
+        Arc<Batcher<u32, u32>>,
+        mpsc::UnboundedReceiver<(Vec<u32>, oneshot::Sender<()>)>,
+    ) {
+        let (started, runs) = mpsc::unbounded_channel();
+        let limits = Limits {
+            max_batch: 100,
+            max_in_flight: 2,
+            overlap_after,
+            max_queued: 100,
+        };
+        let batcher = Batcher::spawn(limits, move |inputs: Vec<u32>| {
+            let (release, released) = oneshot::channel();
+            started.send((inputs.clone(), release)).unwrap();
+            async move {
+                let _ = released.await;
+                Ok(inputs)
+            }
+        });
+        (Arc::new(batcher), runs)
+    }
+
+    fn call(batcher: &Arc<Batcher<u32, u32>>, input: u32) -> tokio::task::JoinHandle<u32> {
+        let batcher = batcher.clone();
+        tokio::spawn(async move { batcher.call(input).await.unwrap() })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_behind_a_quick_run_wait_for_it_and_then_ride_one_run_together() {
+        let (batcher, mut runs) = held_runs(Duration::from_millis(5));
+        let first = call(&batcher, 0);
+        let (inputs, release_first) = runs.recv().await.unwrap();
+        assert_eq!(inputs, vec![0]);
+        let behind: Vec<_> = (1..=3).map(|i| call(&batcher, i)).collect();
+        tokio::time::sleep(Duration::from_millis(4)).await;
+        assert!(
+            runs.try_recv().is_err(),
+            "a second run started beside a quick one"
+        );
+        release_first.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), 0);
+        let (inputs, release) = runs.recv().await.unwrap();
+        assert_eq!(inputs, vec![1, 2, 3], "the calls that waited share one run");
+        release.send(()).unwrap();
+        for (i, call) in (1..=3).zip(behind) {
+            assert_eq!(call.await.unwrap(), i);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_run_holds_the_next_calls_up_only_for_the_overlap_delay() {
+        let (batcher, mut runs) = held_runs(Duration::from_millis(5));
+        let _stuck = call(&batcher, 0);
+        let (_, _never_released) = runs.recv().await.unwrap();
+        let started = Instant::now();
+        let next = call(&batcher, 1);
+        let (inputs, release) = runs.recv().await.unwrap();
+        assert_eq!(inputs, vec![1]);
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
+        release.send(()).unwrap();
+        assert_eq!(next.await.unwrap(), 1);
+    }
+
     #[tokio::test]
     async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = runs.clone();
-        let batcher = Arc::new(Batcher::spawn(64, 1, 1_000, move |inputs: Vec<u32>| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async move {
-                tokio::task::yield_now().await;
-                Ok(inputs.into_iter().map(|i| i * 2).collect())
-            }
-        }));
+        let batcher = Arc::new(Batcher::spawn(
+            limits(64, 1, 1_000),
+            move |inputs: Vec<u32>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::task::yield_now().await;
+                    Ok(inputs.into_iter().map(|i| i * 2).collect())
+                }
+            },
+        ));
         let calls: Vec<_> = (0..200u32)
             .map(|i| {
                 let batcher = batcher.clone();
@@ -152,7 +328,7 @@ mod tests {
         let (release, released) = tokio::sync::watch::channel(false);
         let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = ran.clone();
-        let batcher = Arc::new(Batcher::spawn(1, 1, 2, move |inputs: Vec<u32>| {
+        let batcher = Arc::new(Batcher::spawn(limits(1, 1, 2), move |inputs: Vec<u32>| {
             seen.lock().unwrap().extend(inputs.iter().copied());
             let mut released = released.clone();
             async move {
@@ -194,7 +370,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_fails_every_call_in_it() {
-        let batcher = Batcher::spawn(8, 1, 8, |_inputs: Vec<u32>| async {
+        let batcher = Batcher::spawn(limits(8, 1, 8), |_inputs: Vec<u32>| async {
             Err::<Vec<u32>, _>(StoreError::Contended(1))
         });
         assert!(matches!(

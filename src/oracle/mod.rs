@@ -51,16 +51,19 @@ use views::ClusterViews;
 /// Most grains one batched lookup or registration carries.
 const MAX_BATCH: usize = 1_000;
 /// Batched store calls of one kind in flight at once. Fewer in flight means fuller batches (fewer
-/// statements and commits per call) but more waiting behind the one under way. Measured on two
-/// cores with bench/run.sh (64 connections, the two settings' binaries alternated, two runs each,
-/// docs/PERFORMANCE.md): 1 against 2 gave new grains 19.5–19.8k/s against 16.4–16.8k (the
-/// database's CPU per grain 34 µs against 47–48), on a fresh database 22.6–23.2k against
-/// 16.9–17.5k, heartbeats 12.4–12.5k against 10.6–11.1k, racing callers 24.3–24.8k against
-/// 21.6–21.7k, at a new grain's p99 of 11–12 ms against 7; 4 was worse than 2 on every path. It
-/// stays 2: with 1, the rio-rs side-by-side test's cut-off run stalled once in CI (66 increments
-/// a second, answers taking 4 s, and activations its referee counted twice), which is to be
-/// understood before one batch is all a replica has in flight.
+/// statements and commits per call) but more waiting behind the one under way, and one batch
+/// stuck behind a lock would hold up every call of its kind: two may run, the second only as the
+/// overlap delays below allow.
 const BATCHES_IN_FLIGHT: usize = 2;
+/// Reads (directory lookups) start beside one another at once: they lock and commit nothing, so
+/// two in flight keep the oracle and the database both busy. Measured with the writes' delay too,
+/// known grains lost a fifth of their rate and their p99 rose past 5 ms.
+const READS_OVERLAP_AFTER: std::time::Duration = std::time::Duration::ZERO;
+/// Writes (heartbeats, registrations, proposals) start beside one another only once the latest
+/// batch has been out this long: batches that come back quicker are waited for, so the calls that
+/// pile up behind one ride the next (fewer statements, commits and row locks per call), and a
+/// batch stuck behind a lock or a slow store holds the rest up for no longer than this.
+const WRITES_OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
 const MAX_QUEUED_CALLS: usize = 20_000;
@@ -212,7 +215,11 @@ fn lock_rng(rng: &SharedRng) -> std::sync::MutexGuard<'_, ChaCha8Rng> {
 }
 
 /// A [`Batcher`] in front of one batched store operation, with the oracle's batch limits.
-fn store_batcher<I, O, F, Fut>(store: &Arc<dyn Store>, run: F) -> Batcher<I, O>
+fn store_batcher<I, O, F, Fut>(
+    store: &Arc<dyn Store>,
+    overlap_after: std::time::Duration,
+    run: F,
+) -> Batcher<I, O>
 where
     I: Send + 'static,
     O: Send + 'static,
@@ -220,12 +227,13 @@ where
     Fut: std::future::Future<Output = Result<Vec<O>, StoreError>> + Send + 'static,
 {
     let store = store.clone();
-    Batcher::spawn(
-        MAX_BATCH,
-        BATCHES_IN_FLIGHT,
-        MAX_QUEUED_CALLS,
-        move |calls| run(store.clone(), calls),
-    )
+    let limits = batcher::Limits {
+        max_batch: MAX_BATCH,
+        max_in_flight: BATCHES_IN_FLIGHT,
+        overlap_after,
+        max_queued: MAX_QUEUED_CALLS,
+    };
+    Batcher::spawn(limits, move |calls| run(store.clone(), calls))
 }
 
 /// Who this replica is to cluster leases.

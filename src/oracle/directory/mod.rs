@@ -24,7 +24,9 @@ use super::batcher::Batcher;
 use super::views::ClusterViews;
 use futures_util::stream::{self, StreamExt};
 
-use super::{lock_rng, store_batcher, OracleError, SharedRng};
+use super::{
+    lock_rng, store_batcher, OracleError, SharedRng, READS_OVERLAP_AFTER, WRITES_OVERLAP_AFTER,
+};
 use crate::cluster::{ClusterName, GrainId, SiloId, SiloStatus};
 use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::LocalDeltas;
@@ -153,9 +155,9 @@ impl Directory {
         webhook_hosts: WebhookHosts,
     ) -> Self {
         Self {
-            lookups: store_batcher(&store, lookup_batch),
-            registrations: store_batcher(&store, register_batch),
-            proposals: store_batcher(&store, propose_batch),
+            lookups: store_batcher(&store, READS_OVERLAP_AFTER, lookup_batch),
+            registrations: store_batcher(&store, WRITES_OVERLAP_AFTER, register_batch),
+            proposals: store_batcher(&store, WRITES_OVERLAP_AFTER, propose_batch),
             store,
             views,
             rng,

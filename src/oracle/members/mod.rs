@@ -39,7 +39,7 @@ pub struct SiloListing {
 impl Members {
     pub(super) fn new(store: Arc<dyn Store>, views: Arc<ClusterViews>) -> Self {
         Self {
-            heartbeats: super::store_batcher(&store, heartbeat_batch),
+            heartbeats: super::store_batcher(&store, super::WRITES_OVERLAP_AFTER, heartbeat_batch),
             store,
             views,
             deferred_deaths: Mutex::default(),
