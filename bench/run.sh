@@ -124,7 +124,9 @@ measure() {
   echo "$name $rps $p50 $p99 $errors $conns $(per_request "$oracle_ticks" "$requests") $(per_request "$db_ticks" "$requests")"
 }
 run() { say "$1"; measure "$1" "$2" "$CONNECTIONS" "$DURATION" | tee -a "$OUT/results.txt"; }
-analyze() { psql "$DB" -qc 'VACUUM (ANALYZE)' >/dev/null; }
+# Each scenario starts analysed and checkpointed: the writes before it (the known grains, pgbench's
+# inserts, the scenario before) are flushed now, not in the middle of its measured run.
+analyze() { psql "$DB" -qc 'VACUUM (ANALYZE)' -c 'CHECKPOINT' >/dev/null; }
 
 # 1. The fresh database: nothing has ever been analysed.
 run new-fresh wrk/new
@@ -139,7 +141,7 @@ INSERT INTO pgbench_directory VALUES ('bench', 'fresh/' || :client_id || '-' || 
 SQL
 say pgbench
 pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T 2 -f "$OUT/insert.sql" "$DB" >/dev/null 2>&1
-psql "$DB" -qc 'TRUNCATE pgbench_directory'
+psql "$DB" -qc 'TRUNCATE pgbench_directory' -c 'CHECKPOINT'
 db_before=$(postgres_ticks)
 pgbench_out=$(pgbench -n -M prepared -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$OUT/insert.sql" "$DB" 2>&1)
 db_ticks=$(($(postgres_ticks) - db_before))
