@@ -3,9 +3,9 @@
 //! Under load many requests want a directory lookup (or a registration) at the same moment; each
 //! one alone costs a database round trip, and on a small machine the round trips — not the queries
 //! — are the bottleneck. A [`Batcher`] queues those calls and runs whatever has queued as one store
-//! call, with at most a few batches in flight. Nothing waits on a timer: an idle oracle runs a call
-//! the moment it arrives (a batch of one), a busy one batches exactly as much as piled up while the
-//! previous batches ran.
+//! call, with at most a few batches in flight. No call waits on a timer for others to join it: an
+//! idle oracle runs a call the moment it arrives (a batch of one), a busy one batches exactly as
+//! much as piled up while the previous batches ran.
 //!
 //! Correctness is untouched: every call is still answered by the store, by a query that starts
 //! after the call was made, so no answer is older than the request that asked for it.
@@ -16,13 +16,12 @@
 //! dropped from its batch instead of being run for nobody.
 //!
 //! One batch at a time while batches are quick, more only when one is slow: a batch starts beside
-//! another only once the latest has been out for [`Limits::overlap_after`]. Calls that pile up
-//! behind a quick batch then ride the next one (fewer, fuller batches: fewer statements and commits
-//! per call), while a batch stuck behind a lock or a slow store holds nothing up for longer than
-//! that.
+//! the ones under way only once the latest of them has been out for [`Limits::overlap_after`].
+//! Calls that pile up behind a quick batch then ride the next one (fewer, fuller batches: fewer
+//! statements and commits per call), while a batch stuck behind a lock or a slow store holds
+//! nothing up for longer than that.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,67 +146,69 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     }
 }
 
-/// The runs under way, and when the latest began.
+/// When each run under way began.
+#[derive(Default)]
 struct Runs {
-    under_way: AtomicUsize,
-    latest_start: Mutex<Instant>,
+    starts: Mutex<Vec<Instant>>,
     ended: Notify,
-}
-
-impl Default for Runs {
-    fn default() -> Self {
-        Self {
-            under_way: AtomicUsize::new(0),
-            latest_start: Mutex::new(Instant::now()),
-            ended: Notify::new(),
-        }
-    }
 }
 
 impl Runs {
     /// Returns when a new run may start: at once when none is under way, else when one ends or
-    /// the latest has been under way for `overlap_after`.
+    /// the latest of those under way has been out for `overlap_after`.
     async fn wait_turn(&self, overlap_after: Duration) {
         loop {
             let ended = self.ended.notified();
             tokio::pin!(ended);
             // Registered before the check, so an end between the check and the wait is not missed.
             ended.as_mut().enable();
-            if self.under_way.load(Ordering::SeqCst) == 0 {
+            let Some(latest) = self.starts().iter().max().copied() else {
                 return;
-            }
-            let turn = *self.latest() + overlap_after;
-            if Instant::now() >= turn {
-                return;
-            }
-            tokio::select! {
-                () = ended => {}
-                () = tokio::time::sleep_until(turn) => {}
+            };
+            match latest.checked_add(overlap_after) {
+                Some(turn) if Instant::now() >= turn => return,
+                Some(turn) => {
+                    tokio::select! {
+                        () = ended => {}
+                        () = tokio::time::sleep_until(turn) => {}
+                    }
+                }
+                None => ended.await,
             }
         }
     }
 
-    /// Counts a run as under way until the returned guard is dropped.
+    /// Counts a run as under way from now until the returned guard is dropped.
     fn start(self: &Arc<Self>) -> RunUnderWay {
-        *self.latest() = Instant::now();
-        self.under_way.fetch_add(1, Ordering::SeqCst);
-        RunUnderWay(self.clone())
+        let started = Instant::now();
+        self.starts().push(started);
+        RunUnderWay {
+            runs: self.clone(),
+            started,
+        }
     }
 
-    fn latest(&self) -> std::sync::MutexGuard<'_, Instant> {
-        self.latest_start
+    fn starts(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
+        self.starts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// A run under way; its end is counted when dropped (also if the run panics).
-struct RunUnderWay(Arc<Runs>);
+struct RunUnderWay {
+    runs: Arc<Runs>,
+    started: Instant,
+}
 
 impl Drop for RunUnderWay {
     fn drop(&mut self) {
-        self.0.under_way.fetch_sub(1, Ordering::SeqCst);
-        self.0.ended.notify_waiters();
+        let mut starts = self.runs.starts();
+        if let Some(i) = starts.iter().position(|&s| s == self.started) {
+            starts.swap_remove(i);
+        }
+        drop(starts);
+        self.runs.ended.notify_waiters();
     }
 }
 
@@ -254,6 +255,16 @@ mod tests {
         (Arc::new(batcher), runs)
     }
 
+    /// The next run to start, with what releases it; fails instead of hanging.
+    async fn next_run(
+        runs: &mut mpsc::UnboundedReceiver<(Vec<u32>, oneshot::Sender<()>)>,
+    ) -> (Vec<u32>, oneshot::Sender<()>) {
+        tokio::time::timeout(Duration::from_secs(60), runs.recv())
+            .await
+            .expect("a run started")
+            .expect("the batcher is running")
+    }
+
     fn call(batcher: &Arc<Batcher<u32, u32>>, input: u32) -> tokio::task::JoinHandle<u32> {
         let batcher = batcher.clone();
         tokio::spawn(async move { batcher.call(input).await.unwrap() })
@@ -263,7 +274,8 @@ mod tests {
     async fn calls_behind_a_quick_run_wait_for_it_and_then_ride_one_run_together() {
         let (batcher, mut runs) = held_runs(Duration::from_millis(5));
         let first = call(&batcher, 0);
-        let (inputs, release_first) = runs.recv().await.unwrap();
+        let (inputs, release_first) = next_run(&mut runs).await;
+        let started = Instant::now();
         assert_eq!(inputs, vec![0]);
         let behind: Vec<_> = (1..=3).map(|i| call(&batcher, i)).collect();
         tokio::time::sleep(Duration::from_millis(4)).await;
@@ -273,8 +285,13 @@ mod tests {
         );
         release_first.send(()).unwrap();
         assert_eq!(first.await.unwrap(), 0);
-        let (inputs, release) = runs.recv().await.unwrap();
+        let (inputs, release) = next_run(&mut runs).await;
         assert_eq!(inputs, vec![1, 2, 3], "the calls that waited share one run");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(4),
+            "the next run starts when the quick one ends"
+        );
         release.send(()).unwrap();
         for (i, call) in (1..=3).zip(behind) {
             assert_eq!(call.await.unwrap(), i);
@@ -285,14 +302,24 @@ mod tests {
     async fn a_slow_run_holds_the_next_calls_up_only_for_the_overlap_delay() {
         let (batcher, mut runs) = held_runs(Duration::from_millis(5));
         let _stuck = call(&batcher, 0);
-        let (_, _never_released) = runs.recv().await.unwrap();
+        let (_, _never_released) = next_run(&mut runs).await;
         let started = Instant::now();
         let next = call(&batcher, 1);
-        let (inputs, release) = runs.recv().await.unwrap();
+        let (inputs, release) = next_run(&mut runs).await;
         assert_eq!(inputs, vec![1]);
         assert_eq!(started.elapsed(), Duration::from_millis(5));
         release.send(()).unwrap();
         assert_eq!(next.await.unwrap(), 1);
+
+        // Beside the stuck run, the quick one ended: the next starts at once, not 5 ms after the
+        // quick one began.
+        let started = Instant::now();
+        let after = call(&batcher, 2);
+        let (inputs, release) = next_run(&mut runs).await;
+        assert_eq!(inputs, vec![2]);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        release.send(()).unwrap();
+        assert_eq!(after.await.unwrap(), 2);
     }
 
     #[tokio::test]

@@ -60,9 +60,10 @@ const BATCHES_IN_FLIGHT: usize = 2;
 /// known grains lost a fifth of their rate and their p99 rose past 5 ms.
 const READS_OVERLAP_AFTER: std::time::Duration = std::time::Duration::ZERO;
 /// Writes (heartbeats, registrations, proposals) start beside one another only once the latest
-/// batch has been out this long: batches that come back quicker are waited for, so the calls that
-/// pile up behind one ride the next (fewer statements, commits and row locks per call), and a
-/// batch stuck behind a lock or a slow store holds the rest up for no longer than this.
+/// batch still under way has been out this long: batches that come back quicker are waited for,
+/// so the calls that pile up behind one ride the next (fewer statements, commits and row locks
+/// per call), and a batch stuck behind a lock or a slow store holds the rest up for no longer
+/// than this.
 const WRITES_OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
