@@ -39,7 +39,8 @@ pub struct Limits {
     pub max_batch: usize,
     /// Most runs under way at once.
     pub max_in_flight: usize,
-    /// How long the latest run must have been under way before another may start beside it.
+    /// How long the latest run still under way must have been out before another may start
+    /// beside it (at once when one ends).
     pub overlap_after: Duration,
     /// Most calls waiting; one more is refused at once.
     pub max_queued: usize,
