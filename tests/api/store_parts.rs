@@ -695,20 +695,34 @@ async fn a_migration_to_a_silo_that_does_not_host_the_grain_type_is_refused(back
     let (store, _clock, _db) = direct(backend).await;
     beat(&*store, "a@1").await;
     beat_hosting(&*store, "orders@1", Some(&["order"])).await;
+    beat_hosting(&*store, "users@1", Some(&["order", "user"])).await;
     let lease = lease_for(&*store, "r").await;
     let epoch = placed(&*store, "user/1", "a@1").await;
+    let other_epoch = placed(&*store, "user/2", "a@1").await;
     let issued = store
         .issue_migrations(
             &cluster(),
             &lease,
-            &[migration("user/1", "a@1", "orders@1", epoch)],
+            &[
+                migration("user/1", "a@1", "orders@1", epoch),
+                migration("user/2", "a@1", "users@1", other_epoch),
+            ],
         )
         .await
         .unwrap()
         .unwrap();
+    let id_of = |grain: &str| issued.iter().find(|m| m.grain == grain).unwrap().id;
+    // A target listing the grain's type among others takes it.
     assert!(matches!(
         store
-            .complete_migration(&cluster(), issued[0].id, 60_000)
+            .complete_migration(&cluster(), id_of("user/2"), 60_000)
+            .await
+            .unwrap(),
+        Completion::Moved { .. }
+    ));
+    assert!(matches!(
+        store
+            .complete_migration(&cluster(), id_of("user/1"), 60_000)
             .await
             .unwrap(),
         Completion::Refused {

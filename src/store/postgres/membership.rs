@@ -322,6 +322,13 @@ fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
     })
 }
 
+/// A profile as the text stored in `silos.profile`, a `json` column (see the migration that made
+/// it one): bound as text and cast, so that the database only checks it, where a `jsonb` binding
+/// would have it parse the whole document into a tree on every heartbeat.
+fn profile_text(profile: &SiloProfile) -> Result<String, StoreError> {
+    serde_json::to_string(profile).map_err(|error| sqlx::Error::Encode(error.into()).into())
+}
+
 /// The silos of a `clusters LEFT JOIN silos` read (a cluster without any has one row of NULLs).
 fn silos_from_rows(rows: &[PgRow]) -> Result<Vec<SiloRecord>, StoreError> {
     let mut silos = Vec::with_capacity(rows.len());

@@ -150,8 +150,8 @@ impl PostgresStore {
             "SELECT s.silo, s.status,
                     silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
                                   c.silo_ttl_ms, $3, $4),
-                    COALESCE(jsonb_typeof(s.profile -> 'grain_types'), 'null') = 'null'
-                        OR s.profile -> 'grain_types' ? $5
+                    COALESCE(json_typeof(s.profile -> 'grain_types'), 'null') = 'null'
+                        OR (s.profile -> 'grain_types')::jsonb ? $5
              FROM silos s JOIN clusters c ON c.name = s.cluster
              WHERE s.cluster = $1 AND s.silo = ANY ($2::text[])
              ORDER BY s.silo

@@ -7,12 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use sqlx::postgres::PgRow;
-use sqlx::types::Json;
 use sqlx::Row;
 
-use super::{silo_from_row, SILO_COLUMNS};
+use super::{profile_text, silo_from_row, SILO_COLUMNS};
 use crate::clock::Millis;
-use crate::cluster::silo::SiloProfile;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
 use crate::store::postgres::error::lost_a_race;
 use crate::store::postgres::PostgresStore;
@@ -36,7 +34,7 @@ impl PostgresStore {
         let done = sqlx::query(
             "INSERT INTO silos (cluster, silo, address, status, last_heartbeat_ms, heartbeat_count, profile,
                                 protected_until_ms)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $11
+             SELECT $1, $2, $3, $4, $5, $6, $7::json, $11
              WHERE (SELECT count(*) FROM silos WHERE cluster = $1 AND status <> 'dead') < $8
                AND NOT EXISTS (SELECT 1 FROM retired_generations
                                WHERE cluster = $1 AND address = $9 AND generation >= $10)
@@ -48,7 +46,7 @@ impl PostgresStore {
         .bind(record.status.as_str())
         .bind(record.last_heartbeat_ms)
         .bind(record.heartbeat_count)
-        .bind(Json(&record.profile))
+        .bind(profile_text(&record.profile)?)
         .bind(i64::try_from(self.settings.max_silos_per_cluster).unwrap_or(i64::MAX))
         .bind(address)
         .bind(generation)
@@ -86,7 +84,7 @@ impl PostgresStore {
         let written = sqlx::query(
             "UPDATE silos SET address = $3,
                     status = CASE WHEN drained_at_ms IS NULL THEN $4 ELSE 'shutting_down' END,
-                    last_heartbeat_ms = $5, heartbeat_count = $6, profile = $7,
+                    last_heartbeat_ms = $5, heartbeat_count = $6, profile = $7::json,
                     protected_until_ms = $9
              WHERE cluster = $1 AND silo = $2 AND status <> 'dead' AND heartbeat_count = $8
              RETURNING drained_at_ms",
@@ -97,7 +95,7 @@ impl PostgresStore {
         .bind(record.status.as_str())
         .bind(record.last_heartbeat_ms)
         .bind(record.heartbeat_count)
-        .bind(Json(&record.profile))
+        .bind(profile_text(&record.profile)?)
         .bind(previous_count)
         .bind(record.protected_until_ms)
         .fetch_optional(&self.db)
@@ -343,7 +341,7 @@ impl PostgresStore {
         writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
         let mut columns = HeartbeatColumns::default();
         for write in writes.iter() {
-            columns.push(&silos[write.first].0, &write.record, write.previous_count);
+            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
         }
         let cluster = one_cluster(columns.clusters.iter().copied());
         let written = sqlx::query(
@@ -354,7 +352,7 @@ impl PostgresStore {
                 // read for the one cluster named.
                 "WITH u AS (
                     SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
-                                         $6::int8[], $7::jsonb[], $8::int8[], $9::int8[])
+                                         $6::int8[], $7::text[], $8::int8[], $9::int8[])
                              AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
                                   profile, previous_count, protected_until_ms)
                  ),
@@ -368,7 +366,7 @@ impl PostgresStore {
                  UPDATE silos s SET address = u.address,
                         status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
                         last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
-                        profile = u.profile, protected_until_ms = u.protected_until_ms
+                        profile = u.profile::json, protected_until_ms = u.protected_until_ms
                  FROM u JOIN locked l ON l.silo = u.silo
                  WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
                    AND s.heartbeat_count = u.previous_count
@@ -572,21 +570,27 @@ struct HeartbeatColumns<'a> {
     statuses: Vec<&'static str>,
     last_heartbeats: Vec<Millis>,
     counts: Vec<i64>,
-    profiles: Vec<Json<&'a SiloProfile>>,
+    profiles: Vec<String>,
     previous_counts: Vec<i64>,
     protected_until: Vec<Millis>,
 }
 
 impl<'a> HeartbeatColumns<'a> {
-    fn push(&mut self, cluster: &'a ClusterName, record: &'a SiloRecord, previous_count: i64) {
+    fn push(
+        &mut self,
+        cluster: &'a ClusterName,
+        record: &'a SiloRecord,
+        previous_count: i64,
+    ) -> Result<(), StoreError> {
         self.clusters.push(cluster.as_str());
         self.silos.push(record.id.as_str());
         self.addresses.push(&record.profile.address);
         self.statuses.push(record.status.as_str());
         self.last_heartbeats.push(record.last_heartbeat_ms);
         self.counts.push(record.heartbeat_count);
-        self.profiles.push(Json(&record.profile));
+        self.profiles.push(profile_text(&record.profile)?);
         self.previous_counts.push(previous_count);
         self.protected_until.push(record.protected_until_ms);
+        Ok(())
     }
 }
