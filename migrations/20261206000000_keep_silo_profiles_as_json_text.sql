@@ -5,4 +5,7 @@
 -- on the way out, about 10 µs of the database's CPU per heartbeat here against 2 µs for `json`,
 -- which only checks the text on the way in and sends it back as stored. The one statement that
 -- looks inside a profile (a migration's target hosting the grain's type) reads one field.
+-- Replicas of the previous version still running when this is applied fail their statements that
+-- read profiles ("cached plan must not change result type") until their connections are renewed:
+-- docs/CONFIGURATION.md, "Upgrading replicas", says to stop them once the first new one is up.
 ALTER TABLE silos ALTER COLUMN profile TYPE json USING profile::json;
