@@ -176,7 +176,8 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
             statement("FOR NO KEY UPDATE OF s"),
             format!(
                 "{cluster}, ARRAY['a@1'], ARRAY['a'], ARRAY['active'], ARRAY[1::int8], \
-                 ARRAY[1::int8], ARRAY['{{}}'::jsonb], ARRAY[0::int8], ARRAY[1::int8]"
+                 ARRAY[1::int8], ARRAY['{{}}'::jsonb], ARRAY[0::int8], ARRAY[1::int8], NULL, \
+                 10000, 0, 9223372036854775807"
             ),
         ),
         (

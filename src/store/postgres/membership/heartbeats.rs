@@ -2,7 +2,9 @@
 //! reads its silo (with the cluster's TTL and retired generation), applies the domain's update and
 //! writes the row back only if nobody wrote it meanwhile, retrying if somebody did. A batch does
 //! the same for many silos in two statements, and leaves the silos it cannot settle that way to
-//! the one-by-one path.
+//! the one-by-one path. A silo whose row this replica wrote last skips the read: its heartbeats
+//! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written under the same conditions, and only
+//! those the write finds changed are read.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,6 +23,16 @@ use crate::store::{
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).
 const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
+
+/// How far past the bound on the database's clock (`clock_estimate`) heartbeats
+/// folded without a read are stamped: the time from the fold to the write's start, which must not
+/// pass the stamp. A stamp that late only keeps the silo counted alive that much longer.
+const STAMP_LEAD_MS: Millis = 20;
+
+/// How far behind a stamp of heartbeats folded without a read the database's clock may be when
+/// their write runs; further, and the write changes nothing (the bound is stale: the heartbeats
+/// are read and folded at the database's instant instead).
+const STAMP_SLACK_MS: Millis = 250;
 
 impl PostgresStore {
     /// Inserts a new silo unless the cluster is at its silo limit or the id is retired; `false`
@@ -222,15 +234,81 @@ impl PostgresStore {
     ) -> Result<BatchedHeartbeats, StoreError> {
         let mut batch = HeartbeatBatch::new(silos);
         self.ensure_batch_clusters(&mut batch).await?;
+        if let Some((under, mut writes)) = self.fold_copies(&mut batch, update) {
+            let written = self.write_batch(silos, &mut writes, &under).await?;
+            batch.settle_writes(&writes, &written, IfChanged::Read);
+        }
         let keys = batch.silos_to_read();
+        if keys.is_empty() {
+            return Ok(batch.finish());
+        }
         let reachable_for = self.health.reachable_for();
         let rows = self.read_batch(&keys).await?;
-        let mut writes = self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
+        let (under, mut writes) =
+            self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
         if !writes.is_empty() {
-            let drained = self.write_batch(silos, &mut writes).await?;
-            batch.settle_writes(&writes, &drained);
+            let written = self.write_batch(silos, &mut writes, &under).await?;
+            batch.settle_writes(&writes, &written, IfChanged::OneByOne);
         }
         Ok(batch.finish())
+    }
+
+    /// Folds the heartbeats of the silos whose rows this replica wrote last onto those copies,
+    /// judged at an instant no earlier than the database's clock when their write will run (the
+    /// write checks it); returns what to write, and under what. A silo with no copy, or one a
+    /// heartbeat would not be accepted from as copied, is left for the read.
+    fn fold_copies(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        update: &HeartbeatUpdates<'_>,
+    ) -> Option<(FoldedUnder, Vec<PendingWrite>)> {
+        let keys = batch.silos_to_read();
+        let cluster = &batch.silos[*batch.by_silo.get(keys.first()?)?.first()?].0;
+        let stamped_at = match self.now() {
+            Some(now) => now,
+            None => self
+                .clock_estimate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .no_earlier_than(self.health.now())?
+                .saturating_add(STAMP_LEAD_MS),
+        };
+        let (silo_ttl_ms, copies) = self
+            .written_silos
+            .take(cluster, keys.iter().map(|(_, silo)| *silo))?;
+        let liveness = Liveness {
+            now: stamped_at,
+            silo_ttl_ms,
+            reachable_since: stamped_at.saturating_sub(self.health.reachable_for()),
+        };
+        let mut writes = Vec::new();
+        for copy in copies {
+            let positions = &batch.by_silo[&(cluster.as_str(), copy.id.as_str())];
+            let Some(folded) = fold_silo(&copy, liveness, positions, update) else {
+                continue;
+            };
+            let (Some(record), true) = (
+                folded.record,
+                folded.answers.iter().all(|(_, answer)| answer.is_ok()),
+            ) else {
+                continue;
+            };
+            for (i, answer) in folded.answers {
+                batch.outcomes[i] = Some(Ok(answer));
+            }
+            writes.push(PendingWrite {
+                first: positions[0],
+                record,
+                previous_count: copy.heartbeat_count,
+            });
+        }
+        (!writes.is_empty()).then_some((
+            FoldedUnder {
+                silo_ttl_ms,
+                stamped_at: Some(stamped_at),
+            },
+            writes,
+        ))
     }
 
     /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
@@ -258,6 +336,7 @@ impl PostgresStore {
     async fn read_batch(&self, keys: &[(&str, &str)]) -> Result<Vec<PgRow>, StoreError> {
         let cluster = one_cluster(keys.iter().map(|(cluster, _)| *cluster));
         let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
+        let sent = self.health.now();
         let rows = sqlx::query(&format!(
             "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
                     {SILO_COLUMNS}
@@ -271,6 +350,9 @@ impl PostgresStore {
         .bind(self.now())
         .fetch_all(&self.db)
         .await?;
+        if let Some(row) = rows.first() {
+            self.observe_clock(sent, row.try_get("now")?);
+        }
         Ok(rows)
     }
 
@@ -286,7 +368,11 @@ impl PostgresStore {
         rows: &[PgRow],
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> Result<Vec<PendingWrite>, StoreError> {
+    ) -> Result<(FoldedUnder, Vec<PendingWrite>), StoreError> {
+        let mut under = FoldedUnder {
+            silo_ttl_ms: 0,
+            stamped_at: None,
+        };
         let mut writes = Vec::new();
         let mut answered = vec![false; keys.len()];
         for row in rows {
@@ -304,6 +390,7 @@ impl PostgresStore {
                 continue;
             }
             let liveness = self.liveness_from_row(row, reachable_for)?;
+            under.silo_ttl_ms = liveness.silo_ttl_ms;
             let read = silo_from_row(row)?;
             let Some(folded) = fold_silo(&read, liveness, positions, update) else {
                 batch.one_by_one.extend(positions);
@@ -325,17 +412,20 @@ impl PostgresStore {
                 batch.one_by_one.extend(&batch.by_silo[key]);
             }
         }
-        Ok(writes)
+        Ok((under, writes))
     }
 
     /// Writes the folded records in one statement, each row only if it is still the version that
-    /// was read, and returns the drain stamp of each silo it wrote, by (cluster, silo). Two
-    /// batches that meet on the same rows in opposite orders deadlock: then nothing is written,
-    /// and the one-by-one path sorts it out.
+    /// was folded onto, and only if the cluster's TTL and the database's instant are what `under`
+    /// says they were folded under. Returns the drain stamp of each silo it wrote, by (cluster,
+    /// silo), and keeps what it wrote as this replica's copies. Two batches that meet on the same
+    /// rows in opposite orders deadlock: then nothing is written, and the one-by-one path sorts it
+    /// out.
     async fn write_batch(
         &self,
         silos: &[(ClusterName, SiloId)],
         writes: &mut [PendingWrite],
+        under: &FoldedUnder,
     ) -> Result<HashMap<(String, String), Option<Millis>>, StoreError> {
         // In (cluster, silo) order: the statement locks the rows in the order it is given them.
         writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
@@ -344,13 +434,25 @@ impl PostgresStore {
             columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
         }
         let cluster = one_cluster(columns.clusters.iter().copied());
+        // Records folded after a read were judged at the read's instant, which the write's follows;
+        // records folded onto a copy were judged at `stamped_at`, which the write's instant must
+        // not have passed (the stamp is then no earlier than any silo's send) nor trail by much.
+        let (earliest, latest) = match under.stamped_at {
+            Some(stamped_at) => (stamped_at.saturating_sub(STAMP_SLACK_MS), stamped_at),
+            None => (Millis::MIN, Millis::MAX),
+        };
+        let sent = self.health.now();
         let written = sqlx::query(
                 // The rows are locked first, one by one in the order given — silo order — so
                 // that two batches naming the same silos wait for each other instead of
                 // deadlocking (which Postgres would only notice after `deadlock_timeout`, a
                 // second). Each row is found by its key, whatever the statistics; every table is
                 // read for the one cluster named.
-                "WITH u AS (
+                "WITH c AS (
+                    SELECT COALESCE($10::int8, oracle_now_ms()) AS now FROM clusters
+                    WHERE name = $1 AND silo_ttl_ms = $11
+                 ),
+                 u AS (
                     SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
                                          $6::int8[], $7::text[], $8::int8[], $9::int8[])
                              AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
@@ -358,6 +460,7 @@ impl PostgresStore {
                  ),
                  locked AS (
                     SELECT s.silo FROM u
+                    JOIN c ON c.now BETWEEN $12 AND $13
                     JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
                                   WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
                     WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
@@ -370,7 +473,7 @@ impl PostgresStore {
                  FROM u JOIN locked l ON l.silo = u.silo
                  WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
                    AND s.heartbeat_count = u.previous_count
-                 RETURNING s.cluster, s.silo, s.drained_at_ms",
+                 RETURNING s.cluster, s.silo, s.drained_at_ms, (SELECT now FROM c) AS now",
             )
         .bind(cluster)
         .bind(&columns.silos)
@@ -381,21 +484,59 @@ impl PostgresStore {
         .bind(&columns.profiles)
         .bind(&columns.previous_counts)
         .bind(&columns.protected_until)
+        .bind(self.now())
+        .bind(under.silo_ttl_ms)
+        .bind(earliest)
+        .bind(latest)
         .fetch_all(&self.db)
         .await;
         let written = match written {
             Err(error) if lost_a_race(&error) => Vec::new(),
             written => written?,
         };
-        let mut drained = HashMap::new();
+        if let Some(row) = written.first() {
+            self.observe_clock(sent, row.try_get("now")?);
+        }
+        let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
         for row in &written {
             drained.insert(
                 (row.try_get("cluster")?, row.try_get("silo")?),
                 row.try_get("drained_at_ms")?,
             );
         }
+        for write in writes.iter() {
+            let (cluster, silo) = &silos[write.first];
+            if let Some(drained_at_ms) = drained.get(&(cluster.to_string(), silo.to_string())) {
+                let mut record = write.record.clone();
+                if drained_at_ms.is_some() {
+                    record.status = SiloStatus::ShuttingDown;
+                    record.drained_at_ms = *drained_at_ms;
+                }
+                self.written_silos
+                    .remember(cluster, under.silo_ttl_ms, record);
+            }
+        }
         Ok(drained)
     }
+}
+
+/// What the records of a batched write were folded under, which the write checks before it
+/// changes a row.
+struct FoldedUnder {
+    /// The cluster's TTL.
+    silo_ttl_ms: Millis,
+    /// The instant they were judged at, for records folded onto this replica's copies (`None`:
+    /// at the instant of the read that preceded the write).
+    stamped_at: Option<Millis>,
+}
+
+/// Where the heartbeats of a silo whose row changed before its write go next.
+#[derive(Clone, Copy)]
+enum IfChanged {
+    /// To the batch's read (they were folded onto a copy).
+    Read,
+    /// To the one-by-one path (they were folded onto a row just read).
+    OneByOne,
 }
 
 /// What the batched heartbeat statements settled, and the heartbeats (positions, in order) left to
@@ -463,11 +604,12 @@ impl<'s> HeartbeatBatch<'s> {
     /// Settles the heartbeats of the silos written, given the drain stamp of each row the write
     /// changed. A silo drained meanwhile answers shutting down, as the statement kept it. A silo
     /// whose row changed since it was read was not written: its answers are dropped and its
-    /// heartbeats take the one-by-one path.
+    /// heartbeats go where `if_changed` says.
     fn settle_writes(
         &mut self,
         writes: &[PendingWrite],
         drained: &HashMap<(String, String), Option<Millis>>,
+        if_changed: IfChanged,
     ) {
         for write in writes {
             let (cluster, silo) = &self.silos[write.first];
@@ -477,7 +619,9 @@ impl<'s> HeartbeatBatch<'s> {
                     for &i in positions {
                         self.outcomes[i] = None;
                     }
-                    self.one_by_one.extend(positions);
+                    if let IfChanged::OneByOne = if_changed {
+                        self.one_by_one.extend(positions);
+                    }
                 }
                 Some(None) => {}
                 Some(Some(drained_at_ms)) => {
