@@ -359,8 +359,8 @@ impl MembershipStore for PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
-        // One write (and for silos without a copy, one read before it) per cluster of the batch:
-        // every statement names one cluster, so that a distributed engine routes each to the one
+        // One or two statements per cluster of the batch (see `try_record_heartbeats`): every
+        // statement names one cluster, so that a distributed engine routes each to the one
         // shard holding it.
         // Clusters' statements run side by side, a few at a time, each on a connection of its own:
         // a batch naming many small clusters costs a few round trips, not one pair per cluster

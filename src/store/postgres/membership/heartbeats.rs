@@ -3,8 +3,9 @@
 //! writes the row back only if nobody wrote it meanwhile, retrying if somebody did. A batch does
 //! the same for many silos in two statements, and leaves the silos it cannot settle that way to
 //! the one-by-one path. A silo whose row this replica wrote last skips the read: its heartbeats
-//! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written under the same conditions, and only
-//! those the write finds changed are read.
+//! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written, under the same
+//! conditions, by the statement that reads the batch's other silos — and those whose row it finds
+//! changed — so a batch is never more than two statements, and one when every copy holds.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -234,16 +235,15 @@ impl PostgresStore {
     ) -> Result<BatchedHeartbeats, StoreError> {
         let mut batch = HeartbeatBatch::new(silos);
         self.ensure_batch_clusters(&mut batch).await?;
-        if let Some((under, mut writes)) = self.fold_copies(&mut batch, update) {
-            let written = self.write_batch(silos, &mut writes, &under).await?;
-            batch.settle_writes(&writes, &written, IfChanged::Read);
-        }
         let keys = batch.silos_to_read();
         if keys.is_empty() {
             return Ok(batch.finish());
         }
         let reachable_for = self.health.reachable_for();
-        let rows = self.read_batch(&keys).await?;
+        let (under, mut copied) = self.fold_copies(&mut batch, &keys, reachable_for, update);
+        let rows = self
+            .write_copies_and_read(silos, &keys, &mut copied, &under, &mut batch)
+            .await?;
         let (under, mut writes) =
             self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
         if !writes.is_empty() {
@@ -253,33 +253,50 @@ impl PostgresStore {
         Ok(batch.finish())
     }
 
-    /// Folds the heartbeats of the silos whose rows this replica wrote last onto those copies,
-    /// judged at an instant no earlier than the database's clock when their write will run (the
-    /// write checks it); returns what to write, and under what. A silo with no copy, or one a
+    /// Folds the heartbeats of the silos of `keys` whose rows this replica wrote last onto those
+    /// copies, judged at an instant no earlier than the database's clock when their write will run
+    /// (the write checks it); returns what to write, and under what. A silo with no copy, or one a
     /// heartbeat would not be accepted from as copied, is left for the read.
     fn fold_copies(
         &self,
         batch: &mut HeartbeatBatch<'_>,
+        keys: &[(&str, &str)],
+        reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> Option<(FoldedUnder, Vec<PendingWrite>)> {
-        let keys = batch.silos_to_read();
-        let cluster = &batch.silos[*batch.by_silo.get(keys.first()?)?.first()?].0;
+    ) -> (FoldedUnder, Vec<PendingWrite>) {
+        let nothing = FoldedUnder {
+            silo_ttl_ms: 0,
+            stamped_at: None,
+        };
+        let Some(cluster) = keys
+            .first()
+            .and_then(|key| batch.by_silo.get(key))
+            .map(|positions| &batch.silos[positions[0]].0)
+        else {
+            return (nothing, Vec::new());
+        };
         let stamped_at = match self.now() {
-            Some(now) => now,
+            Some(now) => Some(now),
             None => self
                 .clock_estimate
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .no_earlier_than(self.health.now())?
-                .saturating_add(STAMP_LEAD_MS),
+                .no_earlier_than(self.health.now())
+                .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
         };
-        let (silo_ttl_ms, copies) = self
+        let Some(stamped_at) = stamped_at else {
+            return (nothing, Vec::new());
+        };
+        let Some((silo_ttl_ms, copies)) = self
             .written_silos
-            .take(cluster, keys.iter().map(|(_, silo)| *silo))?;
+            .take(cluster, keys.iter().map(|(_, silo)| *silo))
+        else {
+            return (nothing, Vec::new());
+        };
         let liveness = Liveness {
             now: stamped_at,
             silo_ttl_ms,
-            reachable_since: stamped_at.saturating_sub(self.health.reachable_for()),
+            reachable_since: stamped_at.saturating_sub(reachable_for),
         };
         let mut writes = Vec::new();
         for copy in copies {
@@ -302,13 +319,11 @@ impl PostgresStore {
                 previous_count: copy.heartbeat_count,
             });
         }
-        (!writes.is_empty()).then_some((
-            FoldedUnder {
-                silo_ttl_ms,
-                stamped_at: Some(stamped_at),
-            },
-            writes,
-        ))
+        let under = FoldedUnder {
+            silo_ttl_ms,
+            stamped_at: Some(stamped_at),
+        };
+        (under, writes)
     }
 
     /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
@@ -329,30 +344,88 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Reads every silo in `keys` (all of one cluster: each statement names one) with its
-    /// cluster's TTL and the store's instant, in one statement. Each row carries its silo's place
-    /// in `keys` (from 1); a silo not stored yet has a row of NULL silo columns, and one whose
-    /// cluster vanished meanwhile has none.
-    async fn read_batch(&self, keys: &[(&str, &str)]) -> Result<Vec<PgRow>, StoreError> {
+    /// Writes the records folded onto copies (as [`Self::write_batch`] does) and, in the same
+    /// statement, reads every other silo in `keys` (all of one cluster: each statement names
+    /// one) with its cluster's TTL and the store's instant. Each row carries its silo's place in
+    /// `keys` (from 1) and whether its copy was written (then its silo columns are NULL); a silo
+    /// not stored yet has a row of NULL silo columns, and one whose cluster vanished meanwhile has
+    /// none. The copies written are settled, and kept as this replica's copies again; the others'
+    /// heartbeats are left for the fold of the row read.
+    async fn write_copies_and_read(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        keys: &[(&str, &str)],
+        copied: &mut [PendingWrite],
+        under: &FoldedUnder,
+        batch: &mut HeartbeatBatch<'_>,
+    ) -> Result<Vec<PgRow>, StoreError> {
         let cluster = one_cluster(keys.iter().map(|(cluster, _)| *cluster));
         let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
+        in_lock_order(silos, copied);
+        let columns = HeartbeatColumns::of(silos, copied)?;
+        let (earliest, latest) = under.window();
         let sent = self.health.now();
         let rows = sqlx::query(&format!(
-            "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
-                    {SILO_COLUMNS}
-             FROM UNNEST($2::text[]) WITH ORDINALITY AS k(silo, position)
-             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c WHERE c.name = $1) c ON true
+            "WITH {HEARTBEAT_WRITE}
+             SELECT k.position, c.silo_ttl_ms AS ttl, c.now, w.silo IS NOT NULL AS written,
+                    w.drained_at_ms AS written_drained_at_ms, {SILO_COLUMNS}
+             FROM UNNEST($14::text[]) WITH ORDINALITY AS k(silo, position)
+             CROSS JOIN c
+             LEFT JOIN written w ON w.silo = k.silo
              LEFT JOIN LATERAL (SELECT * FROM silos s
-                                WHERE s.cluster = $1 AND s.silo = k.silo LIMIT 1) s ON true"
+                                WHERE s.cluster = $1 AND s.silo = k.silo AND w.silo IS NULL
+                                LIMIT 1) s ON true"
         ))
         .bind(cluster)
-        .bind(&key_silos)
+        .bind(&columns.silos)
+        .bind(&columns.addresses)
+        .bind(&columns.statuses)
+        .bind(&columns.last_heartbeats)
+        .bind(&columns.counts)
+        .bind(&columns.profiles)
+        .bind(&columns.previous_counts)
+        .bind(&columns.protected_until)
         .bind(self.now())
+        .bind(under.silo_ttl_ms)
+        .bind(earliest)
+        .bind(latest)
+        .bind(&key_silos)
         .fetch_all(&self.db)
-        .await?;
+        .await;
+        let rows = match rows {
+            // Lost a race the database broke: nothing written, nothing read; the heartbeats go
+            // one by one.
+            Err(error) if lost_a_race(&error) => Vec::new(),
+            rows => rows?,
+        };
         if let Some(row) = rows.first() {
             self.observe_clock(sent, row.try_get("now")?);
         }
+        let mut written = HashMap::new();
+        for row in &rows {
+            if row.try_get("written")? {
+                let position: i64 = row.try_get("position")?;
+                let (_, silo) = usize::try_from(position - 1)
+                    .ok()
+                    .and_then(|k| keys.get(k))
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a heartbeat write answered for no silo".into())
+                    })?;
+                written.insert(
+                    (cluster.to_owned(), (*silo).to_owned()),
+                    row.try_get("written_drained_at_ms")?,
+                );
+            }
+        }
+        if let Some(write) = copied.first() {
+            self.written_silos.found_stale(
+                &silos[write.first].0,
+                copied.len(),
+                copied.len() - written.len(),
+            );
+        }
+        self.remember_written(silos, copied, &written, under);
+        batch.settle_writes(copied, &written, IfChanged::Read);
         Ok(rows)
     }
 
@@ -384,6 +457,9 @@ impl PostgresStore {
                     StoreError::Corrupt("a heartbeat read answered for no silo".into())
                 })?;
             answered[k] = true;
+            if row.try_get("written")? {
+                continue;
+            }
             let positions = &batch.by_silo[&keys[k]];
             if row.try_get::<Option<String>, _>("silo")?.is_none() {
                 batch.one_by_one.extend(positions);
@@ -427,54 +503,15 @@ impl PostgresStore {
         writes: &mut [PendingWrite],
         under: &FoldedUnder,
     ) -> Result<HashMap<(String, String), Option<Millis>>, StoreError> {
-        // In (cluster, silo) order: the statement locks the rows in the order it is given them.
-        writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
-        let mut columns = HeartbeatColumns::default();
-        for write in writes.iter() {
-            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
-        }
+        in_lock_order(silos, writes);
+        let columns = HeartbeatColumns::of(silos, writes)?;
         let cluster = one_cluster(columns.clusters.iter().copied());
-        // Records folded after a read were judged at the read's instant, which the write's follows;
-        // records folded onto a copy were judged at `stamped_at`, which the write's instant must
-        // not have passed (the stamp is then no earlier than any silo's send) nor trail by much.
-        let (earliest, latest) = match under.stamped_at {
-            Some(stamped_at) => (stamped_at.saturating_sub(STAMP_SLACK_MS), stamped_at),
-            None => (Millis::MIN, Millis::MAX),
-        };
+        let (earliest, latest) = under.window();
         let sent = self.health.now();
-        let written = sqlx::query(
-                // The rows are locked first, one by one in the order given — silo order — so
-                // that two batches naming the same silos wait for each other instead of
-                // deadlocking (which Postgres would only notice after `deadlock_timeout`, a
-                // second). Each row is found by its key, whatever the statistics; every table is
-                // read for the one cluster named.
-                "WITH c AS (
-                    SELECT COALESCE($10::int8, oracle_now_ms()) AS now FROM clusters
-                    WHERE name = $1 AND silo_ttl_ms = $11
-                 ),
-                 u AS (
-                    SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
-                                         $6::int8[], $7::text[], $8::int8[], $9::int8[])
-                             AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
-                                  profile, previous_count, protected_until_ms)
-                 ),
-                 locked AS (
-                    SELECT s.silo FROM u
-                    JOIN c ON c.now BETWEEN $12 AND $13
-                    JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
-                                  WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
-                    WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
-                    FOR NO KEY UPDATE OF s
-                 )
-                 UPDATE silos s SET address = u.address,
-                        status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
-                        last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
-                        profile = u.profile::json, protected_until_ms = u.protected_until_ms
-                 FROM u JOIN locked l ON l.silo = u.silo
-                 WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
-                   AND s.heartbeat_count = u.previous_count
-                 RETURNING s.cluster, s.silo, s.drained_at_ms, (SELECT now FROM c) AS now",
-            )
+        let written = sqlx::query(&format!(
+            "WITH {HEARTBEAT_WRITE}
+             SELECT w.silo, w.drained_at_ms, c.now FROM written w CROSS JOIN c"
+        ))
         .bind(cluster)
         .bind(&columns.silos)
         .bind(&columns.addresses)
@@ -500,11 +537,24 @@ impl PostgresStore {
         let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
         for row in &written {
             drained.insert(
-                (row.try_get("cluster")?, row.try_get("silo")?),
+                (cluster.to_owned(), row.try_get("silo")?),
                 row.try_get("drained_at_ms")?,
             );
         }
-        for write in writes.iter() {
+        self.remember_written(silos, writes, &drained, under);
+        Ok(drained)
+    }
+
+    /// Keeps the records a write landed (`drained`: the drain stamp of each row written) as this
+    /// replica's copies, as the database now holds them.
+    fn remember_written(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        writes: &[PendingWrite],
+        drained: &HashMap<(String, String), Option<Millis>>,
+        under: &FoldedUnder,
+    ) {
+        for write in writes {
             let (cluster, silo) = &silos[write.first];
             if let Some(drained_at_ms) = drained.get(&(cluster.to_string(), silo.to_string())) {
                 let mut record = write.record.clone();
@@ -516,9 +566,44 @@ impl PostgresStore {
                     .remember(cluster, under.silo_ttl_ms, record);
             }
         }
-        Ok(drained)
     }
 }
+
+/// How a batch's folded records are written: each row only if it is still the version that was
+/// folded onto, and only if the cluster's TTL and the database's instant are what the records
+/// were folded under (`$11`; `$12`–`$13`). The rows are locked first, one by one in the order
+/// given — silo order — so that two batches naming the same silos wait for each other instead of
+/// deadlocking (which Postgres would only notice after `deadlock_timeout`, a second). Each row is
+/// found by its key, whatever the statistics; every table is read for the one cluster named.
+/// `c` is the cluster's TTL and the statement's instant, `written` the rows changed.
+const HEARTBEAT_WRITE: &str = "c AS (
+        SELECT silo_ttl_ms, COALESCE($10::int8, oracle_now_ms()) AS now FROM clusters
+        WHERE name = $1
+     ),
+     u AS (
+        SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
+                             $6::int8[], $7::text[], $8::int8[], $9::int8[])
+                 AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
+                      profile, previous_count, protected_until_ms)
+     ),
+     locked AS (
+        SELECT s.silo FROM u
+        JOIN c ON c.silo_ttl_ms = $11 AND c.now BETWEEN $12 AND $13
+        JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
+                      WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
+        WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
+        FOR NO KEY UPDATE OF s
+     ),
+     written AS (
+        UPDATE silos s SET address = u.address,
+               status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
+               last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
+               profile = u.profile::json, protected_until_ms = u.protected_until_ms
+        FROM u JOIN locked l ON l.silo = u.silo
+        WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
+          AND s.heartbeat_count = u.previous_count
+        RETURNING s.silo, s.drained_at_ms
+     )";
 
 /// What the records of a batched write were folded under, which the write checks before it
 /// changes a row.
@@ -528,6 +613,19 @@ struct FoldedUnder {
     /// The instant they were judged at, for records folded onto this replica's copies (`None`:
     /// at the instant of the read that preceded the write).
     stamped_at: Option<Millis>,
+}
+
+impl FoldedUnder {
+    /// The database instants at which the write may land. Records folded after a read were judged
+    /// at the read's instant, which the write's follows; records folded onto a copy were judged at
+    /// `stamped_at`, which the write's instant must not have passed (the stamp is then no earlier
+    /// than any silo's send) nor trail by much.
+    fn window(&self) -> (Millis, Millis) {
+        match self.stamped_at {
+            Some(stamped_at) => (stamped_at.saturating_sub(STAMP_SLACK_MS), stamped_at),
+            None => (Millis::MIN, Millis::MAX),
+        }
+    }
 }
 
 /// Where the heartbeats of a silo whose row changed before its write go next.
@@ -705,6 +803,11 @@ fn one_cluster<'a>(mut clusters: impl Iterator<Item = &'a str>) -> &'a str {
     first
 }
 
+/// Puts `writes` in (cluster, silo) order, the order a batched write locks its rows in.
+fn in_lock_order(silos: &[(ClusterName, SiloId)], writes: &mut [PendingWrite]) {
+    writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
+}
+
 /// The columns of a batched heartbeat write, one entry per silo.
 #[derive(Default)]
 struct HeartbeatColumns<'a> {
@@ -720,6 +823,19 @@ struct HeartbeatColumns<'a> {
 }
 
 impl<'a> HeartbeatColumns<'a> {
+    /// The columns of `writes`, which must be in (cluster, silo) order: the statement locks the
+    /// rows in the order it is given them (see [`in_lock_order`]).
+    fn of(
+        silos: &'a [(ClusterName, SiloId)],
+        writes: &'a [PendingWrite],
+    ) -> Result<Self, StoreError> {
+        let mut columns = Self::default();
+        for write in writes.iter() {
+            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
+        }
+        Ok(columns)
+    }
+
     fn push(
         &mut self,
         cluster: &'a ClusterName,
