@@ -1083,7 +1083,27 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         [Some(2), Some(2), Some(3), Some(1), None, Some(4), Some(2)],
         "each silo's heartbeats apply in order; the regression is refused and skipped"
     );
-    for id in ["a@1", "b@1", "c@1"] {
+    // Again, now that the batch's store wrote a, b and c last (a Postgres replica folds their
+    // heartbeats onto its copies of their rows) and d is new: one batch mixing both.
+    clock.advance_ms(1_000);
+    single_clock.advance_ms(1_000);
+    let beats = [
+        heartbeat_of("b@1", 20.0, SiloStatus::Active),
+        heartbeat_of("d@1", 60.0, SiloStatus::Active),
+        heartbeat_of("a@1", 40.0, SiloStatus::Active),
+        heartbeat_of("c@1", 25.0, SiloStatus::Active),
+        heartbeat_of("b@1", 80.0, SiloStatus::Joining),
+    ];
+    let together = beat_batch(batched.as_ref(), &beats).await;
+    let mut apart = Vec::new();
+    for beat in &beats {
+        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
+    }
+    assert_eq!(
+        together, apart,
+        "a batch mixing copies and reads answers as one by one"
+    );
+    for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         assert_eq!(

@@ -241,6 +241,20 @@ impl PostgresStore {
         }
         let reachable_for = self.health.reachable_for();
         let (under, mut copied) = self.fold_copies(&mut batch, &keys, reachable_for, update);
+        let keys = if copied.len() == keys.len() {
+            // Every silo was folded onto a copy: the write alone, and a read only for the
+            // copies it found stale.
+            let written = self.write_batch(silos, &mut copied, &under).await?;
+            self.settle_copies(&mut batch, &copied, &written);
+            copied.clear();
+            let stale = batch.silos_to_read();
+            if stale.is_empty() {
+                return Ok(batch.finish());
+            }
+            stale
+        } else {
+            keys
+        };
         let rows = self
             .write_copies_and_read(silos, &keys, &mut copied, &under, &mut batch)
             .await?;
@@ -417,16 +431,25 @@ impl PostgresStore {
                 );
             }
         }
-        if let Some(write) = copied.first() {
-            self.written_silos.found_stale(
-                &silos[write.first].0,
-                copied.len(),
-                copied.len() - written.len(),
-            );
-        }
         self.remember_written(silos, copied, &written, under);
-        batch.settle_writes(copied, &written, IfChanged::Read);
+        self.settle_copies(batch, copied, &written);
         Ok(rows)
+    }
+
+    /// Settles the heartbeats folded onto copies that `written` (the drain stamp of each row
+    /// written) says landed, leaves the others for the read, and notes how many copies were stale.
+    fn settle_copies(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        copied: &[PendingWrite],
+        written: &HashMap<(String, String), Option<Millis>>,
+    ) {
+        if let Some(write) = copied.first() {
+            let stale = copied.len().saturating_sub(written.len());
+            self.written_silos
+                .found_stale(&batch.silos[write.first].0, copied.len(), stale);
+        }
+        batch.settle_writes(copied, written, IfChanged::Read);
     }
 
     /// Folds each silo's heartbeats onto its row as read ([`fold_silo`]) and settles their
