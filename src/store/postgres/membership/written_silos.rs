@@ -27,7 +27,7 @@ const MAX_SILOS: usize = 100_000;
 const STALE_SHARE_LIMIT: f64 = 0.2;
 
 /// A cluster whose copies are set aside still uses them in one batch of this many.
-pub const PROBE_EVERY: u32 = 16;
+pub const PROBE_EVERY: u32 = 64;
 
 /// The weight of the latest batch in the moving average of stale copies.
 const LATEST_WEIGHT: f64 = 0.25;
