@@ -1050,6 +1050,22 @@ async fn beat_batch(store: &dyn Store, beats: &[Heartbeat]) -> Vec<Result<(i64, 
         .collect()
 }
 
+/// What `beats` came to as one batch through `batched`, checked to be what they come to one by one
+/// through `single`.
+async fn batched_and_one_by_one(
+    batched: &Arc<dyn Store>,
+    single: &Arc<dyn Store>,
+    beats: &[Heartbeat],
+) -> Vec<Result<(i64, f64), String>> {
+    let together = beat_batch(batched.as_ref(), beats).await;
+    let mut apart = Vec::new();
+    for beat in beats {
+        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
+    }
+    assert_eq!(together, apart, "a batch answers exactly as one by one");
+    together
+}
+
 async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Backend) {
     let (batched, clock, _db) = direct(backend).await;
     let (single, single_clock, _db2) = direct(backend).await;
@@ -1068,12 +1084,7 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         heartbeat_of("a@1", 70.0, SiloStatus::Active),
         heartbeat_of("c@1", 15.0, SiloStatus::Active),
     ];
-    let together = beat_batch(batched.as_ref(), &beats).await;
-    let mut apart = Vec::new();
-    for beat in &beats {
-        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
-    }
-    assert_eq!(together, apart, "a batch answers exactly as one by one");
+    let together = batched_and_one_by_one(&batched, &single, &beats).await;
     let counts: Vec<Option<i64>> = together
         .iter()
         .map(|r| r.as_ref().ok().map(|r| r.0))
@@ -1094,15 +1105,7 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         heartbeat_of("c@1", 25.0, SiloStatus::Active),
         heartbeat_of("b@1", 80.0, SiloStatus::Joining),
     ];
-    let together = beat_batch(batched.as_ref(), &beats).await;
-    let mut apart = Vec::new();
-    for beat in &beats {
-        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
-    }
-    assert_eq!(
-        together, apart,
-        "a batch mixing copies and reads answers as one by one"
-    );
+    batched_and_one_by_one(&batched, &single, &beats).await;
     for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();

@@ -9,8 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use super::{profile_text, silo_from_row, SILO_COLUMNS};
 use crate::clock::Millis;
@@ -377,9 +378,8 @@ impl PostgresStore {
         let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
         in_lock_order(silos, copied);
         let columns = HeartbeatColumns::of(silos, copied)?;
-        let (earliest, latest) = under.window();
         let sent = self.health.now();
-        let rows = sqlx::query(&format!(
+        let statement = format!(
             "WITH {HEARTBEAT_WRITE}
              SELECT k.position, c.silo_ttl_ms AS ttl, c.now, w.silo IS NOT NULL AS written,
                     w.drained_at_ms AS written_drained_at_ms, {SILO_COLUMNS}
@@ -389,23 +389,12 @@ impl PostgresStore {
              LEFT JOIN LATERAL (SELECT * FROM silos s
                                 WHERE s.cluster = $1 AND s.silo = k.silo AND w.silo IS NULL
                                 LIMIT 1) s ON true"
-        ))
-        .bind(cluster)
-        .bind(&columns.silos)
-        .bind(&columns.addresses)
-        .bind(&columns.statuses)
-        .bind(&columns.last_heartbeats)
-        .bind(&columns.counts)
-        .bind(&columns.profiles)
-        .bind(&columns.previous_counts)
-        .bind(&columns.protected_until)
-        .bind(self.now())
-        .bind(under.silo_ttl_ms)
-        .bind(earliest)
-        .bind(latest)
-        .bind(&key_silos)
-        .fetch_all(&self.db)
-        .await;
+        );
+        let rows = columns
+            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .bind(&key_silos)
+            .fetch_all(&self.db)
+            .await;
         let rows = match rows {
             // Lost a race the database broke: nothing written, nothing read; the heartbeats go
             // one by one.
@@ -529,27 +518,15 @@ impl PostgresStore {
         in_lock_order(silos, writes);
         let columns = HeartbeatColumns::of(silos, writes)?;
         let cluster = one_cluster(columns.clusters.iter().copied());
-        let (earliest, latest) = under.window();
         let sent = self.health.now();
-        let written = sqlx::query(&format!(
+        let statement = format!(
             "WITH {HEARTBEAT_WRITE}
              SELECT w.silo, w.drained_at_ms, c.now FROM written w CROSS JOIN c"
-        ))
-        .bind(cluster)
-        .bind(&columns.silos)
-        .bind(&columns.addresses)
-        .bind(&columns.statuses)
-        .bind(&columns.last_heartbeats)
-        .bind(&columns.counts)
-        .bind(&columns.profiles)
-        .bind(&columns.previous_counts)
-        .bind(&columns.protected_until)
-        .bind(self.now())
-        .bind(under.silo_ttl_ms)
-        .bind(earliest)
-        .bind(latest)
-        .fetch_all(&self.db)
-        .await;
+        );
+        let written = columns
+            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .fetch_all(&self.db)
+            .await;
         let written = match written {
             Err(error) if lost_a_race(&error) => Vec::new(),
             written => written?,
@@ -846,6 +823,32 @@ struct HeartbeatColumns<'a> {
 }
 
 impl<'a> HeartbeatColumns<'a> {
+    /// Binds `$1`–`$13` of [`HEARTBEAT_WRITE`]: the cluster, these columns, the test clock's
+    /// instant, and what the records were folded under.
+    fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+        cluster: &'q str,
+        now: Option<Millis>,
+        under: &FoldedUnder,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let (earliest, latest) = under.window();
+        query
+            .bind(cluster)
+            .bind(&self.silos)
+            .bind(&self.addresses)
+            .bind(&self.statuses)
+            .bind(&self.last_heartbeats)
+            .bind(&self.counts)
+            .bind(&self.profiles)
+            .bind(&self.previous_counts)
+            .bind(&self.protected_until)
+            .bind(now)
+            .bind(under.silo_ttl_ms)
+            .bind(earliest)
+            .bind(latest)
+    }
+
     /// The columns of `writes`, which must be in (cluster, silo) order: the statement locks the
     /// rows in the order it is given them (see [`in_lock_order`]).
     fn of(
