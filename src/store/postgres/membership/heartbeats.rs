@@ -223,12 +223,14 @@ impl PostgresStore {
         Err(StoreError::Contended(MAX_HEARTBEAT_ATTEMPTS))
     }
 
-    /// Many heartbeats in two statements: one read of every silo they name, then one conditional
-    /// update of all of them (each row only if it is still the version that was read, as in
-    /// [`Self::try_record_heartbeat`]). Heartbeats of one silo are folded in order, each applied to
-    /// the record the one before it left, and written once. A silo that is new, was declared
-    /// dead by its heartbeat, or changed between the read and the write takes the one-by-one path,
-    /// all its heartbeats in order.
+    /// Many heartbeats in a statement or two: the heartbeats of silos whose rows this replica
+    /// wrote last are folded onto its copies; one statement writes them (each row only if it is
+    /// still the version copied, as in [`Self::try_record_heartbeat`]) and reads every other
+    /// silo, then one conditional update writes those. A batch whose every silo had a copy is the
+    /// write alone, followed by a read and a write only for copies it found stale. Heartbeats of
+    /// one silo are folded in order, each applied to the record the one before it left, and
+    /// written once. A silo that is new, was declared dead by its heartbeat, or changed between
+    /// the read and the write takes the one-by-one path, all its heartbeats in order.
     pub(super) async fn try_record_heartbeats(
         &self,
         silos: &[(ClusterName, SiloId)],
