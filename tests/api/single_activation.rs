@@ -290,6 +290,8 @@ async fn heartbeats_folded_without_a_read_are_stamped_no_earlier_than_the_databa
         .build()
         .await;
     let mut clock = PgConnection::connect(&database.url()).await.unwrap();
+    let copies_written = r#"oracle_heartbeat_copies_total{result="written"}"#;
+    let written_before = app.metric(copies_written).await;
     let mut ahead = 0;
     for _ in 0..20 {
         let before: i64 = sqlx::query_scalar("SELECT oracle_now_ms()")
@@ -311,6 +313,7 @@ async fn heartbeats_folded_without_a_read_are_stamped_no_earlier_than_the_databa
     }
     // A stamp past the answer's instant was named by the replica, not read: the copies were used.
     assert!(ahead > 0, "no heartbeat was folded onto the replica's copy");
+    assert!(app.metric(copies_written).await >= written_before + ahead as f64);
 }
 
 /// Item 3: the registration checked the silo's status in its snapshot without locking the silo

@@ -21,6 +21,7 @@ use crate::store::postgres::PostgresStore;
 use crate::store::{
     HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates, LimitReached, Reach, StoreError,
 };
+use crate::telemetry::metric;
 
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).
@@ -439,6 +440,7 @@ impl PostgresStore {
             let stale = copied.len().saturating_sub(written.len());
             self.written_silos
                 .found_stale(&batch.silos[write.first].0, copied.len(), stale);
+            metric::heartbeat_copies(copied.len() - stale, stale);
         }
         batch.settle_writes(copied, written, IfChanged::Read);
     }
