@@ -2,6 +2,8 @@
 //! clients, one fault, and what the referee and the counters' final state say.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,7 @@ use crate::app::CounterStore;
 use crate::support::oracle_process::{OracleProcess, SILO_TTL_MS};
 use crate::support::postgres_server::{free_port, OwnPostgres, StopMode};
 use crate::support::registry::Registry as Referee;
-use crate::support::servers::{rio_address, Backend, ServerProcess, ServerSpec};
+use crate::support::servers::{pulse, rio_address, Backend, ServerProcess, ServerSpec};
 use crate::support::workload::{counter_id, probe, Workload, COUNTERS};
 
 /// The oracle's silo TTL; rio-rs's peer-to-peer provider is set to about the same (3 failed
@@ -80,6 +82,12 @@ pub struct Report {
     pub drained: Option<Result<u64, String>>,
     /// On the oracle: pauses, deaths and hand-overs its servers' gates counted.
     pub gates: [u64; 3],
+    /// The longest each server's runtime, and the clients', ran a 50 ms timer late: a stalled
+    /// server runs nothing, and its activations end only when it runs again.
+    pub server_stalls: Vec<Duration>,
+    pub client_stall: Duration,
+    /// On the oracle: its log, kept for a run to be read after the test.
+    pub oracle_log: Option<PathBuf>,
     pub note: String,
 }
 
@@ -151,6 +159,10 @@ impl Report {
         if !self.note.is_empty() {
             println!("  {}", self.note);
         }
+        println!(
+            "  longest runtime stalls: servers {:?}, clients {:?}",
+            self.server_stalls, self.client_stall
+        );
         println!("  refusals retried: {:?}", self.refusals);
         for line in self.double_before.iter().chain(&self.double_after).take(5) {
             println!("  double: {line}");
@@ -160,6 +172,9 @@ impl Report {
         }
         for line in self.lost.iter().take(5) {
             println!("  lost: {line}");
+        }
+        if let Some(log) = &self.oracle_log {
+            println!("  the oracle's log: {}", log.display());
         }
     }
 }
@@ -242,6 +257,8 @@ pub async fn run(backend: Backend, fault: Fault, server: &Arc<OwnPostgres>) -> R
     let addresses: Vec<String> = servers.iter().map(|s| s.spec.address.clone()).collect();
     tracing::info!(?addresses, "servers running");
 
+    let client_stall = Arc::new(AtomicU64::new(0));
+    let client_pulse = tokio::spawn(pulse(client_stall.clone()));
     let workload = Workload::start(CLIENTS, &addresses);
     let started = Instant::now();
     tokio::time::sleep(WARM_UP).await;
@@ -303,7 +320,15 @@ pub async fn run(backend: Backend, fault: Fault, server: &Arc<OwnPostgres>) -> R
         let counts = s.gate_counts();
         [0, 1, 2].map(|i| sum[i] + counts[i])
     });
+    let server_stalls = servers.iter().map(ServerProcess::longest_stall).collect();
+    client_pulse.abort();
     drop(servers);
+    // The oracle's log outlives the run (its process's own file goes with it).
+    let oracle_log = oracle.as_ref().map(|oracle| {
+        let kept = std::env::temp_dir().join(format!("side-by-side-{run}-oracle.log"));
+        std::fs::write(&kept, oracle.log_text()).expect("keep the oracle's log");
+        kept
+    });
     drop(oracle);
 
     // What the counters hold, read from the store (its pool may still be reconnecting after a
@@ -361,6 +386,9 @@ pub async fn run(backend: Backend, fault: Fault, server: &Arc<OwnPostgres>) -> R
         paused_during_outage,
         drained,
         gates,
+        server_stalls,
+        client_stall: Duration::from_millis(client_stall.load(Ordering::Relaxed)),
+        oracle_log,
         note,
     }
 }

@@ -125,6 +125,8 @@ struct Shared {
     /// An incarnation has started serving and has not stopped.
     serving: AtomicBool,
     restarts: AtomicU64,
+    /// The longest any incarnation's runtime ran a timer late (see [`pulse`]), in ms.
+    longest_stall_ms: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -182,6 +184,11 @@ impl ServerProcess {
 
     pub fn restarts(&self) -> u64 {
         self.shared.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The longest its runtime ran a 50 ms timer late (see [`pulse`]).
+    pub fn longest_stall(&self) -> Duration {
+        Duration::from_millis(self.shared.longest_stall_ms.load(Ordering::Relaxed))
     }
 
     /// The process dies: every task and socket of it ends now, nothing is said to anyone.
@@ -300,6 +307,7 @@ async fn supervise(
             .enable_all()
             .build()
             .unwrap();
+        runtime.spawn(pulse(shared.longest_stall_ms.clone()));
         let (joined, on_join) = tokio::sync::oneshot::channel();
         let task = runtime.spawn(run_once(
             spec.clone(),
@@ -328,6 +336,20 @@ async fn supervise(
         tracing::info!(server = %spec.address, ?outcome, "the server stopped; starting it again in 1 s");
         tokio::time::sleep(Duration::from_secs(1)).await;
         shared.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Wakes every 50 ms on the runtime it runs on and keeps the longest it woke late, in ms: a run
+/// whose server stalled (rio-rs's registry lock blocking its workers, or a starved machine) says
+/// so beside its figures, since a stalled server's activations end only when it runs again.
+pub async fn pulse(longest_ms: Arc<AtomicU64>) {
+    const PERIOD: Duration = Duration::from_millis(50);
+    loop {
+        let asleep = tokio::time::Instant::now();
+        tokio::time::sleep(PERIOD).await;
+        let late = asleep.elapsed().saturating_sub(PERIOD);
+        let late_ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX);
+        longest_ms.fetch_max(late_ms, Ordering::Relaxed);
     }
 }
 
