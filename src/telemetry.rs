@@ -104,6 +104,7 @@ pub mod metric {
     pub const STORE_OUTAGE_DURATION: &str = "oracle_store_outage_duration_seconds";
     pub const DEATHS_DEFERRED: &str = "oracle_silo_deaths_deferred_total";
     pub const LEASES_LAPSED: &str = "oracle_silo_leases_lapsed_total";
+    pub const HEARTBEAT_COPIES: &str = "oracle_heartbeat_copies_total";
 
     /// Every metric above, and whether it is a histogram (exported as its `_bucket`, `_sum` and
     /// `_count` series): what a dashboard may query (`tests/api/dashboard.rs` holds the shipped
@@ -140,6 +141,7 @@ pub mod metric {
         (STORE_OUTAGE_DURATION, true),
         (DEATHS_DEFERRED, false),
         (LEASES_LAPSED, false),
+        (HEARTBEAT_COPIES, false),
         (BUILD_INFO, false),
         (STORE_POOL, false),
         (STORE_POOL_WAITERS, false),
@@ -275,6 +277,10 @@ pub mod metric {
 
     fn describe_store() {
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
+        describe_counter!(
+            HEARTBEAT_COPIES,
+            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether the write found the copy current (written) or changed (stale: read and folded again); mostly stale means a silo's heartbeats are spread over replicas"
+        );
         describe_gauge!(
             STORE_POOL,
             "This replica's Postgres connections by state (in_use, idle) and the pool's size (max), as of the last gauge refresh (every 5 s)"
@@ -443,6 +449,13 @@ pub mod metric {
 
     pub fn silo_lease_lapsed() {
         counter!(LEASES_LAPSED).increment(1);
+    }
+
+    /// Silos of a heartbeat batch folded onto this replica's copies: how many the write changed,
+    /// and how many it found changed since.
+    pub fn heartbeat_copies(written: usize, stale: usize) {
+        counter!(HEARTBEAT_COPIES, "result" => "written").increment(written as u64);
+        counter!(HEARTBEAT_COPIES, "result" => "stale").increment(stale as u64);
     }
 
     /// A replica's Postgres connections: in use, idle, and the pool's size.

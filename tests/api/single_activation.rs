@@ -273,6 +273,49 @@ async fn replicas_on_the_database_clock_agree_on_liveness_whatever_their_own_con
     b.heartbeat("s@1", json!({})).await;
 }
 
+/// A replica folds a silo's heartbeat onto the row it wrote last, without reading the database's
+/// clock: the stamp it names must still be no earlier than that clock when the heartbeat was sent
+/// (the silo's lease counts from its send, the store's judgement from the stamp), and no later
+/// than the write's check allows (250 ms past the database's clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_folded_without_a_read_are_stamped_no_earlier_than_the_database_clock() {
+    let database = TestDatabase::create().await;
+    let app = TestApp::builder(Backend::Postgres)
+        .on(
+            database
+                .store_on_database_clock(2, StoreSettings::with_ttl(TTL_MS))
+                .await,
+            &database,
+        )
+        .build()
+        .await;
+    let mut clock = PgConnection::connect(&database.url()).await.unwrap();
+    let copies_written = r#"oracle_heartbeat_copies_total{result="written"}"#;
+    let written_before = app.metric(copies_written).await;
+    let mut ahead = 0;
+    for _ in 0..20 {
+        let before: i64 = sqlx::query_scalar("SELECT oracle_now_ms()")
+            .fetch_one(&mut clock)
+            .await
+            .unwrap();
+        let answer = app.heartbeat("s@1", json!({ "cpu_usage": 10 })).await;
+        let after: i64 = sqlx::query_scalar("SELECT oracle_now_ms()")
+            .fetch_one(&mut clock)
+            .await
+            .unwrap();
+        let stamp = answer["last_heartbeat_at_ms"].as_i64().unwrap();
+        assert!(stamp >= before, "stamped {stamp}, sent at {before}");
+        assert!(stamp <= after + 250, "stamped {stamp}, answered at {after}");
+        if stamp > after {
+            ahead += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A stamp past the answer's instant was named by the replica, not read: the copies were used.
+    assert!(ahead > 0, "no heartbeat was folded onto the replica's copy");
+    assert!(app.metric(copies_written).await >= written_before + ahead as f64);
+}
+
 /// Item 3: the registration checked the silo's status in its snapshot without locking the silo
 /// row, so a placement could answer `placed` on a silo whose death was committing at that moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

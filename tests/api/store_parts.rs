@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use placement_oracle::clock::ManualClock;
+use placement_oracle::clock::{Clock, ManualClock};
 use placement_oracle::cluster::heartbeat::{self, Heartbeat};
+use placement_oracle::cluster::lease;
 use placement_oracle::cluster::{ClusterName, GrainId, LoadReport, PoolName, SiloId, SiloStatus};
 use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
@@ -1049,6 +1050,22 @@ async fn beat_batch(store: &dyn Store, beats: &[Heartbeat]) -> Vec<Result<(i64, 
         .collect()
 }
 
+/// What `beats` came to as one batch through `batched`, checked to be what they come to one by one
+/// through `single`.
+async fn batched_and_one_by_one(
+    batched: &Arc<dyn Store>,
+    single: &Arc<dyn Store>,
+    beats: &[Heartbeat],
+) -> Vec<Result<(i64, f64), String>> {
+    let together = beat_batch(batched.as_ref(), beats).await;
+    let mut apart = Vec::new();
+    for beat in beats {
+        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
+    }
+    assert_eq!(together, apart, "a batch answers exactly as one by one");
+    together
+}
+
 async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Backend) {
     let (batched, clock, _db) = direct(backend).await;
     let (single, single_clock, _db2) = direct(backend).await;
@@ -1067,12 +1084,7 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         heartbeat_of("a@1", 70.0, SiloStatus::Active),
         heartbeat_of("c@1", 15.0, SiloStatus::Active),
     ];
-    let together = beat_batch(batched.as_ref(), &beats).await;
-    let mut apart = Vec::new();
-    for beat in &beats {
-        apart.extend(beat_batch(single.as_ref(), std::slice::from_ref(beat)).await);
-    }
-    assert_eq!(together, apart, "a batch answers exactly as one by one");
+    let together = batched_and_one_by_one(&batched, &single, &beats).await;
     let counts: Vec<Option<i64>> = together
         .iter()
         .map(|r| r.as_ref().ok().map(|r| r.0))
@@ -1082,7 +1094,19 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         [Some(2), Some(2), Some(3), Some(1), None, Some(4), Some(2)],
         "each silo's heartbeats apply in order; the regression is refused and skipped"
     );
-    for id in ["a@1", "b@1", "c@1"] {
+    // Again, now that the batch's store wrote a, b and c last (a Postgres replica folds their
+    // heartbeats onto its copies of their rows) and d is new: one batch mixing both.
+    clock.advance_ms(1_000);
+    single_clock.advance_ms(1_000);
+    let beats = [
+        heartbeat_of("b@1", 20.0, SiloStatus::Active),
+        heartbeat_of("d@1", 60.0, SiloStatus::Active),
+        heartbeat_of("a@1", 40.0, SiloStatus::Active),
+        heartbeat_of("c@1", 25.0, SiloStatus::Active),
+        heartbeat_of("b@1", 80.0, SiloStatus::Joining),
+    ];
+    batched_and_one_by_one(&batched, &single, &beats).await;
+    for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -1131,6 +1155,93 @@ async fn concurrent_batches_beating_for_one_silo_lose_no_heartbeat(backend: Back
     assert!(written.len() >= 2, "at least the first batch got through");
     let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
     assert_eq!(stored.heartbeat_count, 1 + written.len() as i64);
+}
+
+/// Two replicas of one store, on one manual clock: for Postgres two stores on one database, for
+/// the embedded store (which has no replicas) the store itself twice.
+async fn two_replicas(
+    backend: Backend,
+) -> (
+    Arc<dyn Store>,
+    Arc<dyn Store>,
+    ManualClock,
+    Option<Arc<TestDatabase>>,
+) {
+    let (first, clock, database) = direct(backend).await;
+    let second: Arc<dyn Store> = match &database {
+        None => first.clone(),
+        Some(database) => Arc::new(database.store(2, &clock).await),
+    };
+    (first, second, clock, database)
+}
+
+/// A replica folds a silo's heartbeat onto the row it wrote last without reading it; a heartbeat
+/// that went through another replica meanwhile is neither lost nor overwritten: each heartbeat
+/// comes to what it would through one store.
+async fn a_heartbeat_through_another_replica_meanwhile_is_not_overwritten(backend: Backend) {
+    let (a, b, clock, _db) = two_replicas(backend).await;
+    let (single, single_clock, _db2) = direct(backend).await;
+    let through = [&a, &a, &a, &b, &a, &a, &b, &b, &a];
+    for (n, replica) in through.into_iter().enumerate() {
+        clock.advance_ms(1_000);
+        single_clock.advance_ms(1_000);
+        let beat = [heartbeat_of("a@1", 10.0 * n as f64, SiloStatus::Active)];
+        assert_eq!(
+            beat_batch(replica.as_ref(), &beat).await,
+            beat_batch(single.as_ref(), &beat).await,
+            "heartbeat {n}"
+        );
+    }
+    let (on_replicas, _) = b.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    let (alone, _) = single
+        .silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(on_replicas, alone);
+    assert_eq!(on_replicas.heartbeat_count, through.len() as i64);
+}
+
+/// A cluster's TTL changed after a replica wrote a silo's row: the silo's next heartbeat is judged,
+/// and its lease granted, under the new TTL.
+async fn a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    for cpu in [10.0, 20.0, 30.0] {
+        beat_batch(
+            store.as_ref(),
+            &[heartbeat_of("a@1", cpu, SiloStatus::Active)],
+        )
+        .await;
+        clock.advance_ms(1_000);
+    }
+    let (before, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    let longer = TTL_MS * 3;
+    let policy = Policy {
+        silo_ttl_ms: Some(longer as u64),
+        ..Policy::default()
+    };
+    store
+        .put_policy(&cluster(), &policy, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let beat = heartbeat_of("a@1", 40.0, SiloStatus::Active);
+    let update =
+        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(&beat, previous, liveness);
+    let answers = store
+        .record_heartbeats(&[(cluster(), silo("a@1"))], &update)
+        .await
+        .unwrap();
+    let [Ok(Ok((record, liveness)))] = answers.as_slice() else {
+        panic!("{answers:?}");
+    };
+    assert_eq!(liveness.silo_ttl_ms, longer);
+    assert_eq!(
+        record.protected_until_ms,
+        lease::protected_until_ms(before.protected_until_ms, clock.now_ms(), longer)
+    );
+    let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(&stored, record);
 }
 
 async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: Backend) {
@@ -1248,6 +1359,8 @@ for_each_store!(
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
+    a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
+    a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,
     a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,
     work_state_is_written_only_under_the_current_lease,

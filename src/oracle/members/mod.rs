@@ -205,8 +205,9 @@ struct Written {
 /// What one queued heartbeat comes to: written or refused, or a store failure of its own.
 type HeartbeatAnswer = Result<Result<Written, HeartbeatRejection>, StoreError>;
 
-/// Records a batch of heartbeats in one store call (for Postgres, one read and one write for
-/// all of them); two heartbeats of one silo in the batch are applied in their order.
+/// Records a batch of heartbeats in one store call (for Postgres, one statement that writes the
+/// silos whose rows this replica wrote last and reads the rest, and one that writes the rest);
+/// two heartbeats of one silo in the batch are applied in their order.
 async fn heartbeat_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, Heartbeat)>,

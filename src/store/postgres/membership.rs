@@ -5,6 +5,7 @@
 //! [`heartbeats`].
 
 mod heartbeats;
+mod written_silos;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
 
+pub(super) use self::written_silos::WrittenSilos;
 use super::deaths::{release_chunk, retire};
 use super::error::{conflict_as_contention, PgError};
 use super::{cluster_names, decode_stored, PostgresStore};
@@ -357,8 +359,9 @@ impl MembershipStore for PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
-        // One read and one write per cluster of the batch: every statement names one cluster,
-        // so that a distributed engine routes each to the one shard holding it.
+        // One or two statements per cluster of the batch (see `try_record_heartbeats`): every
+        // statement names one cluster, so that a distributed engine routes each to the one
+        // shard holding it.
         // Clusters' statements run side by side, a few at a time, each on a connection of its own:
         // a batch naming many small clusters costs a few round trips, not one pair per cluster
         // in a row.

@@ -21,6 +21,7 @@
 //! aggregates share, and [`Store`].
 
 mod background;
+mod clock_estimate;
 mod deaths;
 mod directory;
 mod edges;
@@ -112,6 +113,11 @@ pub struct PostgresStore {
     /// round trip on every heartbeat; a miss only costs one idempotent insert. Bounded: only
     /// clusters that exist enter it, and there are at most `max_clusters`.
     known_clusters: Mutex<HashSet<ClusterName>>,
+    /// How far the database's clock may read ahead of this replica's, from the instants its
+    /// heartbeat statements returned.
+    clock_estimate: Mutex<clock_estimate::ClockEstimate>,
+    /// The silo rows this replica's heartbeats wrote last.
+    written_silos: membership::WrittenSilos,
 }
 
 impl PostgresStore {
@@ -199,6 +205,8 @@ impl PostgresStore {
             connections: Arc::default(),
             readiness: readiness::Readiness::default(),
             known_clusters: Mutex::default(),
+            clock_estimate: Mutex::default(),
+            written_silos: membership::WrittenSilos::default(),
         }
     }
 
@@ -252,6 +260,15 @@ impl PostgresStore {
             StoreTime::Database => None,
             StoreTime::Clock(clock) => Some(clock.now_ms()),
         }
+    }
+
+    /// Records that a statement sent at `sent` (this replica's clock) ran at `instant` (the
+    /// store's).
+    fn observe_clock(&self, sent: Millis, instant: Millis) {
+        self.clock_estimate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(sent, instant);
     }
 
     /// The judge of one statement's instant: the store's clock and the cluster's TTL from `row`

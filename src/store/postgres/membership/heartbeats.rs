@@ -2,12 +2,16 @@
 //! reads its silo (with the cluster's TTL and retired generation), applies the domain's update and
 //! writes the row back only if nobody wrote it meanwhile, retrying if somebody did. A batch does
 //! the same for many silos in two statements, and leaves the silos it cannot settle that way to
-//! the one-by-one path.
+//! the one-by-one path. A silo whose row this replica wrote last skips the read: its heartbeats
+//! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written, under the same
+//! conditions, by the statement that reads the batch's other silos — and those whose row it finds
+//! changed — so a batch is never more than two statements, and one when every copy holds.
 
 use std::collections::{BTreeMap, HashMap};
 
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use super::{profile_text, silo_from_row, SILO_COLUMNS};
 use crate::clock::Millis;
@@ -17,10 +21,21 @@ use crate::store::postgres::PostgresStore;
 use crate::store::{
     HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates, LimitReached, Reach, StoreError,
 };
+use crate::telemetry::metric;
 
 /// Optimistic heartbeat writes retry this many times before giving up (only a silo hammering the
 /// oracle with concurrent heartbeats for itself could lose this often).
 const MAX_HEARTBEAT_ATTEMPTS: u32 = 8;
+
+/// How far past the bound on the database's clock (`clock_estimate`) heartbeats
+/// folded without a read are stamped: the time from the fold to the write's start, which must not
+/// pass the stamp. A stamp that late only keeps the silo counted alive that much longer.
+const STAMP_LEAD_MS: Millis = 20;
+
+/// How far behind a stamp of heartbeats folded without a read the database's clock may be when
+/// their write runs; further, and the write changes nothing (the bound is stale: the heartbeats
+/// are read and folded at the database's instant instead).
+const STAMP_SLACK_MS: Millis = 250;
 
 impl PostgresStore {
     /// Inserts a new silo unless the cluster is at its silo limit or the id is retired; `false`
@@ -209,12 +224,14 @@ impl PostgresStore {
         Err(StoreError::Contended(MAX_HEARTBEAT_ATTEMPTS))
     }
 
-    /// Many heartbeats in two statements: one read of every silo they name, then one conditional
-    /// update of all of them (each row only if it is still the version that was read, as in
-    /// [`Self::try_record_heartbeat`]). Heartbeats of one silo are folded in order, each applied to
-    /// the record the one before it left, and written once. A silo that is new, was declared
-    /// dead by its heartbeat, or changed between the read and the write takes the one-by-one path,
-    /// all its heartbeats in order.
+    /// Many heartbeats in a statement or two: the heartbeats of silos whose rows this replica
+    /// wrote last are folded onto its copies; one statement writes them (each row only if it is
+    /// still the version copied, as in [`Self::try_record_heartbeat`]) and reads every other
+    /// silo, then one conditional update writes those. A batch whose every silo had a copy is the
+    /// write alone, followed by a read and a write only for copies it found stale. Heartbeats of
+    /// one silo are folded in order, each applied to the record the one before it left, and
+    /// written once. A silo that is new, was declared dead by its heartbeat, or changed between
+    /// the read and the write takes the one-by-one path, all its heartbeats in order.
     pub(super) async fn try_record_heartbeats(
         &self,
         silos: &[(ClusterName, SiloId)],
@@ -223,14 +240,108 @@ impl PostgresStore {
         let mut batch = HeartbeatBatch::new(silos);
         self.ensure_batch_clusters(&mut batch).await?;
         let keys = batch.silos_to_read();
+        if keys.is_empty() {
+            return Ok(batch.finish());
+        }
         let reachable_for = self.health.reachable_for();
-        let rows = self.read_batch(&keys).await?;
-        let mut writes = self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
+        let (under, mut copied) = self.fold_copies(&mut batch, &keys, reachable_for, update);
+        let keys = if copied.len() == keys.len() {
+            // Every silo was folded onto a copy: the write alone, and a read only for the
+            // copies it found stale.
+            let written = self.write_batch(silos, &mut copied, &under).await?;
+            self.settle_copies(&mut batch, &copied, &written);
+            copied.clear();
+            let stale = batch.silos_to_read();
+            if stale.is_empty() {
+                return Ok(batch.finish());
+            }
+            stale
+        } else {
+            keys
+        };
+        let rows = self
+            .write_copies_and_read(silos, &keys, &mut copied, &under, &mut batch)
+            .await?;
+        let (under, mut writes) =
+            self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
         if !writes.is_empty() {
-            let drained = self.write_batch(silos, &mut writes).await?;
-            batch.settle_writes(&writes, &drained);
+            let written = self.write_batch(silos, &mut writes, &under).await?;
+            batch.settle_writes(&writes, &written, IfChanged::OneByOne);
         }
         Ok(batch.finish())
+    }
+
+    /// Folds the heartbeats of the silos of `keys` whose rows this replica wrote last onto those
+    /// copies, judged at an instant no earlier than the database's clock when their write will run
+    /// (the write checks it); returns what to write, and under what. A silo with no copy, or one a
+    /// heartbeat would not be accepted from as copied, is left for the read.
+    fn fold_copies(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        keys: &[(&str, &str)],
+        reachable_for: Millis,
+        update: &HeartbeatUpdates<'_>,
+    ) -> (FoldedUnder, Vec<PendingWrite>) {
+        let nothing = FoldedUnder {
+            silo_ttl_ms: 0,
+            stamped_at: None,
+        };
+        let Some(cluster) = keys
+            .first()
+            .and_then(|key| batch.by_silo.get(key))
+            .map(|positions| &batch.silos[positions[0]].0)
+        else {
+            return (nothing, Vec::new());
+        };
+        let stamped_at = match self.now() {
+            Some(now) => Some(now),
+            None => self
+                .clock_estimate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .no_earlier_than(self.health.now())
+                .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
+        };
+        let Some(stamped_at) = stamped_at else {
+            return (nothing, Vec::new());
+        };
+        let Some((silo_ttl_ms, copies)) = self
+            .written_silos
+            .take(cluster, keys.iter().map(|(_, silo)| *silo))
+        else {
+            return (nothing, Vec::new());
+        };
+        let liveness = Liveness {
+            now: stamped_at,
+            silo_ttl_ms,
+            reachable_since: stamped_at.saturating_sub(reachable_for),
+        };
+        let mut writes = Vec::new();
+        for copy in copies {
+            let positions = &batch.by_silo[&(cluster.as_str(), copy.id.as_str())];
+            let Some(folded) = fold_silo(&copy, liveness, positions, update) else {
+                continue;
+            };
+            let (Some(record), true) = (
+                folded.record,
+                folded.answers.iter().all(|(_, answer)| answer.is_ok()),
+            ) else {
+                continue;
+            };
+            for (i, answer) in folded.answers {
+                batch.outcomes[i] = Some(Ok(answer));
+            }
+            writes.push(PendingWrite {
+                first: positions[0],
+                record,
+                previous_count: copy.heartbeat_count,
+            });
+        }
+        let under = FoldedUnder {
+            silo_ttl_ms,
+            stamped_at: Some(stamped_at),
+        };
+        (under, writes)
     }
 
     /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
@@ -251,27 +362,87 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Reads every silo in `keys` (all of one cluster: each statement names one) with its
-    /// cluster's TTL and the store's instant, in one statement. Each row carries its silo's place
-    /// in `keys` (from 1); a silo not stored yet has a row of NULL silo columns, and one whose
-    /// cluster vanished meanwhile has none.
-    async fn read_batch(&self, keys: &[(&str, &str)]) -> Result<Vec<PgRow>, StoreError> {
+    /// Writes the records folded onto copies (as [`Self::write_batch`] does) and, in the same
+    /// statement, reads every other silo in `keys` (all of one cluster: each statement names
+    /// one) with its cluster's TTL and the store's instant. Each row carries its silo's place in
+    /// `keys` (from 1) and whether its copy was written (then its silo columns are NULL); a silo
+    /// not stored yet has a row of NULL silo columns, and one whose cluster vanished meanwhile has
+    /// none. The copies written are settled, and kept as this replica's copies again; the others'
+    /// heartbeats are left for the fold of the row read.
+    async fn write_copies_and_read(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        keys: &[(&str, &str)],
+        copied: &mut [PendingWrite],
+        under: &FoldedUnder,
+        batch: &mut HeartbeatBatch<'_>,
+    ) -> Result<Vec<PgRow>, StoreError> {
         let cluster = one_cluster(keys.iter().map(|(cluster, _)| *cluster));
         let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
-        let rows = sqlx::query(&format!(
-            "SELECT k.position, c.silo_ttl_ms AS ttl, COALESCE($3::int8, oracle_now_ms()) AS now,
-                    {SILO_COLUMNS}
-             FROM UNNEST($2::text[]) WITH ORDINALITY AS k(silo, position)
-             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c WHERE c.name = $1) c ON true
+        in_lock_order(silos, copied);
+        let columns = HeartbeatColumns::of(silos, copied)?;
+        let sent = self.health.now();
+        let statement = format!(
+            "WITH {HEARTBEAT_WRITE}
+             SELECT k.position, c.silo_ttl_ms AS ttl, c.now, w.silo IS NOT NULL AS written,
+                    w.drained_at_ms AS written_drained_at_ms, {SILO_COLUMNS}
+             FROM UNNEST($14::text[]) WITH ORDINALITY AS k(silo, position)
+             CROSS JOIN c
+             LEFT JOIN written w ON w.silo = k.silo
              LEFT JOIN LATERAL (SELECT * FROM silos s
-                                WHERE s.cluster = $1 AND s.silo = k.silo LIMIT 1) s ON true"
-        ))
-        .bind(cluster)
-        .bind(&key_silos)
-        .bind(self.now())
-        .fetch_all(&self.db)
-        .await?;
+                                WHERE s.cluster = $1 AND s.silo = k.silo AND w.silo IS NULL
+                                LIMIT 1) s ON true"
+        );
+        let rows = columns
+            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .bind(&key_silos)
+            .fetch_all(&self.db)
+            .await;
+        let rows = match rows {
+            // Lost a race the database broke: nothing written, nothing read; the heartbeats go
+            // one by one.
+            Err(error) if lost_a_race(&error) => Vec::new(),
+            rows => rows?,
+        };
+        if let Some(row) = rows.first() {
+            self.observe_clock(sent, row.try_get("now")?);
+        }
+        let mut written = HashMap::new();
+        for row in &rows {
+            if row.try_get("written")? {
+                let position: i64 = row.try_get("position")?;
+                let (_, silo) = usize::try_from(position - 1)
+                    .ok()
+                    .and_then(|k| keys.get(k))
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a heartbeat write answered for no silo".into())
+                    })?;
+                written.insert(
+                    (cluster.to_owned(), (*silo).to_owned()),
+                    row.try_get("written_drained_at_ms")?,
+                );
+            }
+        }
+        self.remember_written(silos, copied, &written, under);
+        self.settle_copies(batch, copied, &written);
         Ok(rows)
+    }
+
+    /// Settles the heartbeats folded onto copies that `written` (the drain stamp of each row
+    /// written) says landed, leaves the others for the read, and notes how many copies were stale.
+    fn settle_copies(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        copied: &[PendingWrite],
+        written: &HashMap<(String, String), Option<Millis>>,
+    ) {
+        if let Some(write) = copied.first() {
+            let stale = copied.len().saturating_sub(written.len());
+            self.written_silos
+                .found_stale(&batch.silos[write.first].0, copied.len(), stale);
+            metric::heartbeat_copies(copied.len() - stale, stale);
+        }
+        batch.settle_writes(copied, written, IfChanged::Read);
     }
 
     /// Folds each silo's heartbeats onto its row as read ([`fold_silo`]) and settles their
@@ -286,7 +457,11 @@ impl PostgresStore {
         rows: &[PgRow],
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> Result<Vec<PendingWrite>, StoreError> {
+    ) -> Result<(FoldedUnder, Vec<PendingWrite>), StoreError> {
+        let mut under = FoldedUnder {
+            silo_ttl_ms: 0,
+            stamped_at: None,
+        };
         let mut writes = Vec::new();
         let mut answered = vec![false; keys.len()];
         for row in rows {
@@ -298,12 +473,16 @@ impl PostgresStore {
                     StoreError::Corrupt("a heartbeat read answered for no silo".into())
                 })?;
             answered[k] = true;
+            if row.try_get("written")? {
+                continue;
+            }
             let positions = &batch.by_silo[&keys[k]];
             if row.try_get::<Option<String>, _>("silo")?.is_none() {
                 batch.one_by_one.extend(positions);
                 continue;
             }
             let liveness = self.liveness_from_row(row, reachable_for)?;
+            under.silo_ttl_ms = liveness.silo_ttl_ms;
             let read = silo_from_row(row)?;
             let Some(folded) = fold_silo(&read, liveness, positions, update) else {
                 batch.one_by_one.extend(positions);
@@ -325,77 +504,141 @@ impl PostgresStore {
                 batch.one_by_one.extend(&batch.by_silo[key]);
             }
         }
-        Ok(writes)
+        Ok((under, writes))
     }
 
     /// Writes the folded records in one statement, each row only if it is still the version that
-    /// was read, and returns the drain stamp of each silo it wrote, by (cluster, silo). Two
-    /// batches that meet on the same rows in opposite orders deadlock: then nothing is written,
-    /// and the one-by-one path sorts it out.
+    /// was folded onto, and only if the cluster's TTL and the database's instant are what `under`
+    /// says they were folded under. Returns the drain stamp of each silo it wrote, by (cluster,
+    /// silo), and keeps what it wrote as this replica's copies. Two batches that meet on the same
+    /// rows in opposite orders deadlock: then nothing is written, and the one-by-one path sorts it
+    /// out.
     async fn write_batch(
         &self,
         silos: &[(ClusterName, SiloId)],
         writes: &mut [PendingWrite],
+        under: &FoldedUnder,
     ) -> Result<HashMap<(String, String), Option<Millis>>, StoreError> {
-        // In (cluster, silo) order: the statement locks the rows in the order it is given them.
-        writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
-        let mut columns = HeartbeatColumns::default();
-        for write in writes.iter() {
-            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
-        }
+        in_lock_order(silos, writes);
+        let columns = HeartbeatColumns::of(silos, writes)?;
         let cluster = one_cluster(columns.clusters.iter().copied());
-        let written = sqlx::query(
-                // The rows are locked first, one by one in the order given — silo order — so
-                // that two batches naming the same silos wait for each other instead of
-                // deadlocking (which Postgres would only notice after `deadlock_timeout`, a
-                // second). Each row is found by its key, whatever the statistics; every table is
-                // read for the one cluster named.
-                "WITH u AS (
-                    SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
-                                         $6::int8[], $7::text[], $8::int8[], $9::int8[])
-                             AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
-                                  profile, previous_count, protected_until_ms)
-                 ),
-                 locked AS (
-                    SELECT s.silo FROM u
-                    JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
-                                  WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
-                    WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
-                    FOR NO KEY UPDATE OF s
-                 )
-                 UPDATE silos s SET address = u.address,
-                        status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
-                        last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
-                        profile = u.profile::json, protected_until_ms = u.protected_until_ms
-                 FROM u JOIN locked l ON l.silo = u.silo
-                 WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
-                   AND s.heartbeat_count = u.previous_count
-                 RETURNING s.cluster, s.silo, s.drained_at_ms",
-            )
-        .bind(cluster)
-        .bind(&columns.silos)
-        .bind(&columns.addresses)
-        .bind(&columns.statuses)
-        .bind(&columns.last_heartbeats)
-        .bind(&columns.counts)
-        .bind(&columns.profiles)
-        .bind(&columns.previous_counts)
-        .bind(&columns.protected_until)
-        .fetch_all(&self.db)
-        .await;
+        let sent = self.health.now();
+        let statement = format!(
+            "WITH {HEARTBEAT_WRITE}
+             SELECT w.silo, w.drained_at_ms, c.now FROM written w CROSS JOIN c"
+        );
+        let written = columns
+            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .fetch_all(&self.db)
+            .await;
         let written = match written {
             Err(error) if lost_a_race(&error) => Vec::new(),
             written => written?,
         };
-        let mut drained = HashMap::new();
+        if let Some(row) = written.first() {
+            self.observe_clock(sent, row.try_get("now")?);
+        }
+        let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
         for row in &written {
             drained.insert(
-                (row.try_get("cluster")?, row.try_get("silo")?),
+                (cluster.to_owned(), row.try_get("silo")?),
                 row.try_get("drained_at_ms")?,
             );
         }
+        self.remember_written(silos, writes, &drained, under);
         Ok(drained)
     }
+
+    /// Keeps the records a write landed (`drained`: the drain stamp of each row written) as this
+    /// replica's copies, as the database now holds them.
+    fn remember_written(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        writes: &[PendingWrite],
+        drained: &HashMap<(String, String), Option<Millis>>,
+        under: &FoldedUnder,
+    ) {
+        for write in writes {
+            let (cluster, silo) = &silos[write.first];
+            if let Some(drained_at_ms) = drained.get(&(cluster.to_string(), silo.to_string())) {
+                let mut record = write.record.clone();
+                if drained_at_ms.is_some() {
+                    record.status = SiloStatus::ShuttingDown;
+                    record.drained_at_ms = *drained_at_ms;
+                }
+                self.written_silos
+                    .remember(cluster, under.silo_ttl_ms, record);
+            }
+        }
+    }
+}
+
+/// How a batch's folded records are written: each row only if it is still the version that was
+/// folded onto, and only if the cluster's TTL and the database's instant are what the records
+/// were folded under (`$11`; `$12`–`$13`). The rows are locked first, one by one in the order
+/// given — silo order — so that two batches naming the same silos wait for each other instead of
+/// deadlocking (which Postgres would only notice after `deadlock_timeout`, a second). Each row is
+/// found by its key, whatever the statistics; every table is read for the one cluster named.
+/// `c` is the cluster's TTL and the statement's instant, `written` the rows changed.
+const HEARTBEAT_WRITE: &str = "c AS (
+        SELECT silo_ttl_ms, COALESCE($10::int8, oracle_now_ms()) AS now FROM clusters
+        WHERE name = $1
+     ),
+     u AS (
+        SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
+                             $6::int8[], $7::text[], $8::int8[], $9::int8[])
+                 AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
+                      profile, previous_count, protected_until_ms)
+     ),
+     locked AS (
+        SELECT s.silo FROM u
+        JOIN c ON c.silo_ttl_ms = $11 AND c.now BETWEEN $12 AND $13
+        JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
+                      WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
+        WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
+        FOR NO KEY UPDATE OF s
+     ),
+     written AS (
+        UPDATE silos s SET address = u.address,
+               status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
+               last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
+               profile = u.profile::json, protected_until_ms = u.protected_until_ms
+        FROM u JOIN locked l ON l.silo = u.silo
+        WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
+          AND s.heartbeat_count = u.previous_count
+        RETURNING s.silo, s.drained_at_ms
+     )";
+
+/// What the records of a batched write were folded under, which the write checks before it
+/// changes a row.
+struct FoldedUnder {
+    /// The cluster's TTL.
+    silo_ttl_ms: Millis,
+    /// The instant they were judged at, for records folded onto this replica's copies (`None`:
+    /// at the instant of the read that preceded the write).
+    stamped_at: Option<Millis>,
+}
+
+impl FoldedUnder {
+    /// The database instants at which the write may land. Records folded after a read were judged
+    /// at the read's instant, which the write's follows; records folded onto a copy were judged at
+    /// `stamped_at`, which the write's instant must not have passed (the stamp is then no earlier
+    /// than any silo's send) nor trail by much.
+    fn window(&self) -> (Millis, Millis) {
+        match self.stamped_at {
+            Some(stamped_at) => (stamped_at.saturating_sub(STAMP_SLACK_MS), stamped_at),
+            None => (Millis::MIN, Millis::MAX),
+        }
+    }
+}
+
+/// Where the heartbeats of a silo whose row changed before its write go next.
+#[derive(Clone, Copy)]
+enum IfChanged {
+    /// To the batch's read (they were folded onto a copy).
+    Read,
+    /// To the one-by-one path (they were folded onto a row just read).
+    OneByOne,
 }
 
 /// What the batched heartbeat statements settled, and the heartbeats (positions, in order) left to
@@ -463,11 +706,12 @@ impl<'s> HeartbeatBatch<'s> {
     /// Settles the heartbeats of the silos written, given the drain stamp of each row the write
     /// changed. A silo drained meanwhile answers shutting down, as the statement kept it. A silo
     /// whose row changed since it was read was not written: its answers are dropped and its
-    /// heartbeats take the one-by-one path.
+    /// heartbeats go where `if_changed` says.
     fn settle_writes(
         &mut self,
         writes: &[PendingWrite],
         drained: &HashMap<(String, String), Option<Millis>>,
+        if_changed: IfChanged,
     ) {
         for write in writes {
             let (cluster, silo) = &self.silos[write.first];
@@ -477,7 +721,9 @@ impl<'s> HeartbeatBatch<'s> {
                     for &i in positions {
                         self.outcomes[i] = None;
                     }
-                    self.one_by_one.extend(positions);
+                    if let IfChanged::OneByOne = if_changed {
+                        self.one_by_one.extend(positions);
+                    }
                 }
                 Some(None) => {}
                 Some(Some(drained_at_ms)) => {
@@ -561,6 +807,11 @@ fn one_cluster<'a>(mut clusters: impl Iterator<Item = &'a str>) -> &'a str {
     first
 }
 
+/// Puts `writes` in (cluster, silo) order, the order a batched write locks its rows in.
+fn in_lock_order(silos: &[(ClusterName, SiloId)], writes: &mut [PendingWrite]) {
+    writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
+}
+
 /// The columns of a batched heartbeat write, one entry per silo.
 #[derive(Default)]
 struct HeartbeatColumns<'a> {
@@ -576,6 +827,45 @@ struct HeartbeatColumns<'a> {
 }
 
 impl<'a> HeartbeatColumns<'a> {
+    /// Binds `$1`–`$13` of [`HEARTBEAT_WRITE`]: the cluster, these columns, the test clock's
+    /// instant, and what the records were folded under.
+    fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+        cluster: &'q str,
+        now: Option<Millis>,
+        under: &FoldedUnder,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let (earliest, latest) = under.window();
+        query
+            .bind(cluster)
+            .bind(&self.silos)
+            .bind(&self.addresses)
+            .bind(&self.statuses)
+            .bind(&self.last_heartbeats)
+            .bind(&self.counts)
+            .bind(&self.profiles)
+            .bind(&self.previous_counts)
+            .bind(&self.protected_until)
+            .bind(now)
+            .bind(under.silo_ttl_ms)
+            .bind(earliest)
+            .bind(latest)
+    }
+
+    /// The columns of `writes`, which must be in (cluster, silo) order: the statement locks the
+    /// rows in the order it is given them (see [`in_lock_order`]).
+    fn of(
+        silos: &'a [(ClusterName, SiloId)],
+        writes: &'a [PendingWrite],
+    ) -> Result<Self, StoreError> {
+        let mut columns = Self::default();
+        for write in writes.iter() {
+            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
+        }
+        Ok(columns)
+    }
+
     fn push(
         &mut self,
         cluster: &'a ClusterName,

@@ -1,0 +1,190 @@
+//! The silo rows this replica wrote last, so that a silo's next heartbeat can be folded onto its
+//! row without reading it first.
+//!
+//! A copy is only ever a guess: another replica, a drain, a death or a new TTL may have changed the
+//! row since. The write that uses one is conditional on the row's version (`heartbeat_count`), its
+//! status and the cluster's TTL being what the copy says, exactly as a write after a read is; a
+//! write that finds otherwise changes nothing, and the heartbeat is read and folded the usual way.
+//!
+//! Copies pay only where a silo's heartbeats keep coming through the replica that wrote its row
+//! (a runtime keeps its connection). Where they are spread over replicas, most copies are stale,
+//! and writing from them costs row locks that wait on the other replicas' writes: a cluster whose
+//! recent copies were mostly stale stops using them, except for one batch in
+//! [`PROBE_EVERY`], which tells when they hold again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::clock::Millis;
+use crate::cluster::{ClusterName, SiloRecord};
+
+/// At most this many silos' rows are kept; past it the copies are dropped and rebuilt as silos
+/// heartbeat again (a replica serving more silos than this only reads more often).
+const MAX_SILOS: usize = 100_000;
+
+/// Above this share of stale copies (a moving average over the batches that used copies) a
+/// cluster's copies are set aside.
+const STALE_SHARE_LIMIT: f64 = 0.2;
+
+/// A cluster whose copies are set aside still uses them in one batch of this many.
+pub const PROBE_EVERY: u32 = 64;
+
+/// The weight of the latest batch in the moving average of stale copies.
+const LATEST_WEIGHT: f64 = 0.25;
+
+/// One cluster's rows as last written, with the TTL they were judged under.
+#[derive(Debug)]
+struct ClusterRows {
+    silo_ttl_ms: Millis,
+    /// By silo id.
+    silos: HashMap<String, SiloRecord>,
+    /// The moving average of the share of copies that were stale, over the batches that used
+    /// copies.
+    stale_share: f64,
+    /// Batches since copies were last used, while they are set aside.
+    set_aside_for: u32,
+}
+
+#[derive(Debug, Default)]
+struct Rows {
+    clusters: HashMap<ClusterName, ClusterRows>,
+    /// How many silos' rows `clusters` holds.
+    held: usize,
+}
+
+/// The silo rows this replica wrote last, by cluster.
+#[derive(Debug, Default)]
+pub struct WrittenSilos {
+    rows: Mutex<Rows>,
+}
+
+impl WrittenSilos {
+    /// The cluster's TTL and the rows of `silos` this replica wrote last, taken out: a row is
+    /// put back by [`Self::remember`] once the write made from it has landed, so a copy is used
+    /// by one write at a time.
+    pub fn take<'s>(
+        &self,
+        cluster: &ClusterName,
+        silos: impl Iterator<Item = &'s str>,
+    ) -> Option<(Millis, Vec<SiloRecord>)> {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        let cluster_rows = clusters.get_mut(cluster)?;
+        if cluster_rows.stale_share > STALE_SHARE_LIMIT {
+            cluster_rows.set_aside_for += 1;
+            if cluster_rows.set_aside_for < PROBE_EVERY {
+                return None;
+            }
+        }
+        cluster_rows.set_aside_for = 0;
+        let taken: Vec<SiloRecord> = silos
+            .filter_map(|silo| cluster_rows.silos.remove(silo))
+            .collect();
+        *held -= taken.len();
+        Some((cluster_rows.silo_ttl_ms, taken))
+    }
+
+    /// Keeps `record` as the silo's row, written under `silo_ttl_ms`. A copy of a later version is
+    /// kept instead; a TTL other than the one the cluster's copies were judged under drops them.
+    pub fn remember(&self, cluster: &ClusterName, silo_ttl_ms: Millis, record: SiloRecord) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if rows.held >= MAX_SILOS {
+            *rows = Rows::default();
+        }
+        let Rows { clusters, held } = &mut *rows;
+        let cluster_rows = clusters
+            .entry(cluster.clone())
+            .or_insert_with(|| ClusterRows {
+                silo_ttl_ms,
+                silos: HashMap::new(),
+                stale_share: 0.0,
+                set_aside_for: 0,
+            });
+        if cluster_rows.silo_ttl_ms != silo_ttl_ms {
+            *held -= cluster_rows.silos.len();
+            cluster_rows.silo_ttl_ms = silo_ttl_ms;
+            cluster_rows.silos.clear();
+        }
+        match cluster_rows.silos.get(record.id.as_str()) {
+            Some(kept) if kept.heartbeat_count > record.heartbeat_count => {}
+            Some(_) => {
+                cluster_rows.silos.insert(record.id.to_string(), record);
+            }
+            None => {
+                cluster_rows.silos.insert(record.id.to_string(), record);
+                *held += 1;
+            }
+        }
+    }
+
+    /// Records that of `used` copies of the cluster's rows a write found `stale` changed.
+    pub fn found_stale(&self, cluster: &ClusterName, used: usize, stale: usize) {
+        if used == 0 {
+            return;
+        }
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster_rows) = rows.clusters.get_mut(cluster) {
+            let share = stale as f64 / used as f64;
+            cluster_rows.stale_share =
+                cluster_rows.stale_share * (1.0 - LATEST_WEIGHT) + share * LATEST_WEIGHT;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::heartbeat::{self, Heartbeat};
+    use crate::cluster::{Liveness, LoadReport, SiloId, SiloStatus};
+
+    fn cluster() -> ClusterName {
+        ClusterName::parse("c").unwrap()
+    }
+
+    fn record(id: &str) -> SiloRecord {
+        let beat = Heartbeat {
+            silo: SiloId::parse("silo", id).unwrap(),
+            address: "a".into(),
+            status: SiloStatus::Active,
+            role: None,
+            metadata: Default::default(),
+            grain_types: None,
+            load: LoadReport::default(),
+        };
+        heartbeat::apply(&beat, None, &Liveness::at(0, 10_000)).unwrap()
+    }
+
+    fn taken(copies: &WrittenSilos) -> Option<usize> {
+        copies
+            .take(&cluster(), ["a@1"].into_iter())
+            .map(|(_, taken)| taken.len())
+    }
+
+    #[test]
+    fn a_copy_is_lent_to_one_write_at_a_time_and_a_new_ttl_drops_the_copies() {
+        let copies = WrittenSilos::default();
+        assert_eq!(taken(&copies), None, "nothing written yet");
+        copies.remember(&cluster(), 10_000, record("a@1"));
+        assert_eq!(taken(&copies), Some(1));
+        assert_eq!(taken(&copies), Some(0), "taken by the write before");
+        copies.remember(&cluster(), 10_000, record("a@1"));
+        copies.remember(&cluster(), 20_000, record("b@1"));
+        assert_eq!(taken(&copies), Some(0), "judged under another TTL");
+    }
+
+    #[test]
+    fn a_cluster_whose_copies_were_stale_sets_them_aside_but_for_probes() {
+        let copies = WrittenSilos::default();
+        copies.remember(&cluster(), 10_000, record("a@1"));
+        copies.found_stale(&cluster(), 4, 4);
+        let used: Vec<bool> = (0..2 * PROBE_EVERY)
+            .map(|_| taken(&copies).is_some())
+            .collect();
+        assert_eq!(used.iter().filter(|&&u| u).count(), 2, "{used:?}");
+        // Probes that find the copies holding bring them back.
+        for _ in 0..8 {
+            copies.found_stale(&cluster(), 4, 0);
+        }
+        assert!((0..4).all(|_| taken(&copies).is_some()));
+    }
+}
