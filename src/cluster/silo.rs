@@ -148,6 +148,13 @@ impl SiloRecord {
         }
     }
 
+    /// The record as a drain requested at `drained_at_ms` leaves it: shutting down whatever the
+    /// silo reported, since a drained silo takes no new activations while its grains move away.
+    pub fn mark_drained(&mut self, drained_at_ms: Millis) {
+        self.status = SiloStatus::ShuttingDown;
+        self.drained_at_ms = Some(drained_at_ms);
+    }
+
     /// Whether the silo can host grains of this type (absent list = every type).
     pub fn hosts(&self, grain_type: &str) -> bool {
         self.profile

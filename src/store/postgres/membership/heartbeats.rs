@@ -125,9 +125,8 @@ impl PostgresStore {
         };
         let drained_at_ms: Option<Millis> = row.try_get("drained_at_ms")?;
         let mut record = record.clone();
-        if drained_at_ms.is_some() {
-            record.status = SiloStatus::ShuttingDown;
-            record.drained_at_ms = drained_at_ms;
+        if let Some(drained_at_ms) = drained_at_ms {
+            record.mark_drained(drained_at_ms);
         }
         Ok(Some(record))
     }
@@ -282,16 +281,12 @@ impl PostgresStore {
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
     ) -> (FoldedUnder, Vec<PendingWrite>) {
-        let nothing = FoldedUnder {
-            silo_ttl_ms: 0,
-            stamped_at: None,
-        };
         let Some(cluster) = keys
             .first()
             .and_then(|key| batch.by_silo.get(key))
             .map(|positions| &batch.silos[positions[0]].0)
         else {
-            return (nothing, Vec::new());
+            return (FoldedUnder::NOTHING, Vec::new());
         };
         let stamped_at = match self.now() {
             Some(now) => Some(now),
@@ -303,13 +298,13 @@ impl PostgresStore {
                 .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
         };
         let Some(stamped_at) = stamped_at else {
-            return (nothing, Vec::new());
+            return (FoldedUnder::NOTHING, Vec::new());
         };
         let Some((silo_ttl_ms, copies)) = self
             .written_silos
             .take(cluster, keys.iter().map(|(_, silo)| *silo))
         else {
-            return (nothing, Vec::new());
+            return (FoldedUnder::NOTHING, Vec::new());
         };
         let liveness = Liveness {
             now: stamped_at,
@@ -458,10 +453,7 @@ impl PostgresStore {
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
     ) -> Result<(FoldedUnder, Vec<PendingWrite>), StoreError> {
-        let mut under = FoldedUnder {
-            silo_ttl_ms: 0,
-            stamped_at: None,
-        };
+        let mut under = FoldedUnder::NOTHING;
         let mut writes = Vec::new();
         let mut answered = vec![false; keys.len()];
         for row in rows {
@@ -562,9 +554,8 @@ impl PostgresStore {
             let (cluster, silo) = &silos[write.first];
             if let Some(drained_at_ms) = drained.get(&(cluster.to_string(), silo.to_string())) {
                 let mut record = write.record.clone();
-                if drained_at_ms.is_some() {
-                    record.status = SiloStatus::ShuttingDown;
-                    record.drained_at_ms = *drained_at_ms;
+                if let Some(drained_at_ms) = drained_at_ms {
+                    record.mark_drained(*drained_at_ms);
                 }
                 self.written_silos
                     .remember(cluster, under.silo_ttl_ms, record);
@@ -620,6 +611,12 @@ struct FoldedUnder {
 }
 
 impl FoldedUnder {
+    /// Nothing folded yet: no TTL, judged at a read's instant.
+    const NOTHING: Self = Self {
+        silo_ttl_ms: 0,
+        stamped_at: None,
+    };
+
     /// The database instants at which the write may land. Records folded after a read were judged
     /// at the read's instant, which the write's follows; records folded onto a copy were judged at
     /// `stamped_at`, which the write's instant must not have passed (the stamp is then no earlier
@@ -729,8 +726,7 @@ impl<'s> HeartbeatBatch<'s> {
                 Some(Some(drained_at_ms)) => {
                     for &i in positions {
                         if let Some(Ok(Ok((answer, _)))) = &mut self.outcomes[i] {
-                            answer.status = SiloStatus::ShuttingDown;
-                            answer.drained_at_ms = Some(*drained_at_ms);
+                            answer.mark_drained(*drained_at_ms);
                         }
                     }
                 }
