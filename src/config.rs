@@ -132,6 +132,19 @@ pub struct Config {
     )]
     pub max_silos_per_cluster: u64,
 
+    /// How old (ms) a silo's stored heartbeat must be before the replica its heartbeats reach
+    /// writes one that changes only load figures; until then it answers from its copy of the row,
+    /// with a lease cut to end within the protection the stored heartbeat gave. Other replicas see
+    /// the load figures, and a drain made through them reaches the silo, up to this much later.
+    /// 0 writes every heartbeat; never more than a third of a cluster's TTL.
+    #[arg(
+        long,
+        env = "ORACLE_HEARTBEAT_WRITE_AFTER_MS",
+        default_value_t = crate::store::DEFAULT_HEARTBEAT_WRITE_AFTER_MS as u64,
+        global = true
+    )]
+    pub heartbeat_write_after_ms: u64,
+
     /// Longest time (ms) a request may take before it is answered with 503.
     #[arg(
         long,
@@ -368,6 +381,12 @@ impl Config {
                 self.max_silos_per_cluster as f64,
                 Bound::new(1.0, 100_000.0),
                 "",
+            ),
+            (
+                "ORACLE_HEARTBEAT_WRITE_AFTER_MS",
+                self.heartbeat_write_after_ms as f64,
+                Bound::new(0.0, 60_000.0),
+                " (a minute)",
             ),
             (
                 "ORACLE_BODY_LIMIT_BYTES",
@@ -612,6 +631,8 @@ impl Config {
             default_silo_ttl_ms: self.silo_ttl(),
             max_clusters: self.max_clusters,
             max_silos_per_cluster: self.max_silos_per_cluster,
+            heartbeat_write_after_ms: crate::clock::Millis::try_from(self.heartbeat_write_after_ms)
+                .unwrap_or(crate::clock::Millis::MAX),
         }
     }
 

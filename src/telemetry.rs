@@ -279,7 +279,7 @@ pub mod metric {
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_counter!(
             HEARTBEAT_COPIES,
-            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether the write found the copy current (written) or changed (stale: read and folded again); mostly stale means a silo's heartbeats are spread over replicas"
+            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether they were answered without a write (held: only load figures changed, the stored heartbeat younger than ORACLE_HEARTBEAT_WRITE_AFTER_MS), or the write found the copy current (written) or changed (stale: read and folded again); mostly stale means a silo's heartbeats are spread over replicas"
         );
         describe_gauge!(
             STORE_POOL,
@@ -456,6 +456,13 @@ pub mod metric {
     pub fn heartbeat_copies(written: usize, stale: usize) {
         counter!(HEARTBEAT_COPIES, "result" => "written").increment(written as u64);
         counter!(HEARTBEAT_COPIES, "result" => "stale").increment(stale as u64);
+    }
+
+    /// Silos of a heartbeat batch whose heartbeats were folded onto this replica's copies and
+    /// answered without a write (they changed only load figures, and the stored heartbeat was
+    /// younger than ORACLE_HEARTBEAT_WRITE_AFTER_MS).
+    pub fn heartbeats_held(held: usize) {
+        counter!(HEARTBEAT_COPIES, "result" => "held").increment(held as u64);
     }
 
     /// A replica's Postgres connections: in use, idle, and the pool's size.

@@ -44,6 +44,18 @@ pub fn lease_ms(silo_ttl_ms: Millis) -> Millis {
     (silo_ttl_ms - margin_ms(silo_ttl_ms)).max(0)
 }
 
+/// The lease an acknowledgement judged at `judged_at` (store clock, no earlier than the store's
+/// instant when the heartbeat was taken) grants a silo protected until `protected_until_ms`:
+/// [`lease_ms`], unless less than that and the margin is left of the protection — a heartbeat
+/// answered without being written (the replica held it back) is protected only as far as the
+/// heartbeat stored before it, and its lease ends a margin before that.
+pub fn granted_ms(silo_ttl_ms: Millis, protected_until_ms: Millis, judged_at: Millis) -> Millis {
+    let left = protected_until_ms
+        .saturating_sub(margin_ms(silo_ttl_ms))
+        .saturating_sub(judged_at);
+    lease_ms(silo_ttl_ms).min(left).max(0)
+}
+
 /// Until when (store clock) a silo whose heartbeat was stamped `stamp_ms` under a TTL of
 /// `silo_ttl_ms` may not be declared dead, given it was protected until `previous_ms` before: the
 /// later of the two, so that no lease the silo still holds is cut short.
@@ -76,7 +88,39 @@ mod tests {
         assert_eq!(protected_until_ms(first, 2_000, 100_000), 102_000);
     }
 
+    #[test]
+    fn a_written_heartbeat_grants_the_whole_lease_and_a_held_one_what_its_protection_leaves() {
+        // Written: stamped at the judging instant, protected a TTL on.
+        assert_eq!(granted_ms(10_000, 11_000, 1_000), 9_000);
+        // Protected longer by an earlier, longer TTL: still the lease of this one.
+        assert_eq!(granted_ms(10_000, 61_000, 1_000), 9_000);
+        // Held back 700 ms after the stored heartbeat: 700 ms less.
+        assert_eq!(granted_ms(10_000, 11_000, 1_700), 8_300);
+        // Nothing left: no lease.
+        assert_eq!(granted_ms(10_000, 11_000, 10_500), 0);
+    }
+
     proptest! {
+        /// A lease granted from a protection stored earlier (a heartbeat held back), counted
+        /// from a send no later than the judging instant, on a clock up to 1 % slow, has run out
+        /// before that protection ends.
+        #[test]
+        fn a_held_back_heartbeat_s_lease_runs_out_before_the_stored_protection(
+            ttl in 100i64..86_400_000,
+            stored_stamp in 0i64..1_000_000_000_000,
+            judged_after in 0i64..100_000_000,
+            sent_before in 0i64..10_000,
+            slow_ppm in 0i64..=10_000,
+        ) {
+            let protected_until = protected_until_ms(0, stored_stamp, ttl);
+            let judged_at = stored_stamp + judged_after;
+            let lease = granted_ms(ttl, protected_until, judged_at);
+            let sent = judged_at - sent_before;
+            let stops_by = sent + lease + lease * slow_ppm / 1_000_000 + 1;
+            prop_assert!(lease == 0 || stops_by <= protected_until);
+        }
+
+
         /// Whatever the TTL, a silo that stops when its lease runs out (counted from a send no
         /// later than the stamp, on a clock up to 1 % slow) has stopped before the oracle may
         /// declare it dead.

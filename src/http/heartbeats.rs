@@ -177,7 +177,9 @@ pub struct HeartbeatResponse {
     pub silo: SiloResponse,
     /// How long, counted from when the silo *sent* this heartbeat, it may keep running its grains
     /// without another acknowledged heartbeat: the TTL less a tenth (the margin covers clock
-    /// rates and the time to stop). When it runs out, pause every grain but keep the
+    /// rates and the time to stop), or less when the replica answered without writing this
+    /// heartbeat (it changed only load figures, within ORACLE_HEARTBEAT_WRITE_AFTER_MS of the one
+    /// stored): then the lease ends a margin before the stored heartbeat's protection. When it runs out, pause every grain but keep the
     /// registrations; resume them, under the same epochs, when a heartbeat is acknowledged again;
     /// drop them only when told `silo-declared-dead`. A later acknowledgement never shortens a
     /// lease already held. The oracle declares no silo dead before its lease has run out.
@@ -218,6 +220,10 @@ pub async fn post_heartbeat(
     let snapshot = members.heartbeat(&cluster, heartbeat).await?;
     Ok(Json(HeartbeatResponse {
         silo: SiloResponse::from(&snapshot),
-        lease_ms: lease::lease_ms(snapshot.liveness.silo_ttl_ms),
+        lease_ms: lease::granted_ms(
+            snapshot.liveness.silo_ttl_ms,
+            snapshot.record.protected_until_ms,
+            snapshot.liveness.now,
+        ),
     }))
 }

@@ -113,7 +113,16 @@ pub struct StoreSettings {
     /// Most silos that are not dead in one cluster; a new silo beyond it is refused until one dies
     /// or leaves.
     pub max_silos_per_cluster: u64,
+    /// How old a silo's stored heartbeat must be before a heartbeat that changes only its load
+    /// figures is written (0: every heartbeat is written). Only the Postgres store holds any back
+    /// (a replica folding heartbeats onto its copies of silo rows); never more than a third of the
+    /// cluster's TTL.
+    pub heartbeat_write_after_ms: Millis,
 }
+
+/// The default of [`StoreSettings::heartbeat_write_after_ms`]: a second, so that other replicas see a
+/// silo's load figures at most about a second late.
+pub const DEFAULT_HEARTBEAT_WRITE_AFTER_MS: Millis = 1_000;
 
 impl StoreSettings {
     /// The defaults, with this TTL (tests and examples).
@@ -122,6 +131,7 @@ impl StoreSettings {
             default_silo_ttl_ms,
             max_clusters: 10_000,
             max_silos_per_cluster: 5_000,
+            heartbeat_write_after_ms: DEFAULT_HEARTBEAT_WRITE_AFTER_MS,
         }
     }
 }

@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use placement_oracle::clock::Millis;
 use placement_oracle::clock::{Clock, ManualClock};
 use placement_oracle::cluster::heartbeat::{self, Heartbeat};
 use placement_oracle::cluster::lease;
-use placement_oracle::cluster::{ClusterName, GrainId, LoadReport, PoolName, SiloId, SiloStatus};
+use placement_oracle::cluster::{
+    ClusterName, GrainId, LoadReport, PoolName, SiloId, SiloRecord, SiloStatus,
+};
 use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
@@ -1244,6 +1247,149 @@ async fn a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last(bac
     assert_eq!(&stored, record);
 }
 
+/// One heartbeat through `store`'s batch path: the record it answered with and the lease that
+/// answer grants.
+async fn beat_for_lease(store: &dyn Store, beat: &Heartbeat) -> (SiloRecord, Millis) {
+    let update =
+        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(beat, previous, liveness);
+    let answers = store
+        .record_heartbeats(&[(cluster(), beat.silo.clone())], &update)
+        .await
+        .unwrap();
+    let [Ok(Ok((record, liveness)))] = answers.as_slice() else {
+        panic!("{answers:?}");
+    };
+    let granted = lease::granted_ms(
+        liveness.silo_ttl_ms,
+        record.protected_until_ms,
+        liveness.now,
+    );
+    (record.clone(), granted)
+}
+
+/// One heartbeat through `store`'s one-by-one path, which reads the row and writes every
+/// heartbeat: the record it answered with and the lease that answer grants.
+async fn beat_one_by_one(store: &dyn Store, beat: &Heartbeat) -> (SiloRecord, Millis) {
+    let update = |previous: Option<&_>, liveness: &_| heartbeat::apply(beat, previous, liveness);
+    let (record, liveness) = store
+        .record_heartbeat(&cluster(), &beat.silo, &update)
+        .await
+        .unwrap()
+        .unwrap();
+    let granted = lease::granted_ms(
+        liveness.silo_ttl_ms,
+        record.protected_until_ms,
+        liveness.now,
+    );
+    (record, granted)
+}
+
+/// A replica that wrote a silo's row answers heartbeats that change only load figures without
+/// writing them while the stored one is younger than the write-after age (a second by default;
+/// the embedded store writes every one). Each answer is what one written heartbeat would have
+/// been, but for its lease: that ends a margin before the protection the database holds, so no
+/// silo runs on a lease the database does not know of. A new status is written at once, and the
+/// stored row catches up once the stored heartbeat is a second old.
+async fn heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_protection(
+    backend: Backend,
+) {
+    let (store, clock, _db) = direct(backend).await;
+    let (single, single_clock, _db2) = direct(backend).await;
+    let holds = !matches!(backend, Backend::Memory);
+    // (ms since the last, status, whether a replica holding copies writes it)
+    let beats = [
+        (0, SiloStatus::Joining, true),     // a new silo
+        (1_000, SiloStatus::Joining, true), // read, then written: the replica's copy
+        (300, SiloStatus::Active, true),    // a new status
+        (300, SiloStatus::Active, false),   // load alone, 300 ms after the stored one
+        (300, SiloStatus::Active, false),
+        (399, SiloStatus::Active, false), // 999 ms
+        (1, SiloStatus::Active, true),    // a second after the stored one
+        (200, SiloStatus::Active, false),
+    ];
+    let mut stored_count = 0;
+    for (n, (after, status, written)) in beats.into_iter().enumerate() {
+        clock.advance_ms(after);
+        single_clock.advance_ms(after);
+        let beat = heartbeat_of("a@1", 10.0 * n as f64, status);
+        let (answer, granted) = beat_for_lease(store.as_ref(), &beat).await;
+        let (alone, whole) = beat_one_by_one(single.as_ref(), &beat).await;
+        let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+        assert_eq!(
+            (answer.heartbeat_count, &answer.profile, answer.status),
+            (alone.heartbeat_count, &alone.profile, alone.status),
+            "heartbeat {n} answers as written"
+        );
+        assert_eq!(
+            whole,
+            lease::lease_ms(TTL_MS),
+            "a written heartbeat's lease"
+        );
+        if written || !holds {
+            stored_count = answer.heartbeat_count;
+            assert_eq!(stored, answer, "heartbeat {n} is stored as answered");
+            assert_eq!(granted, whole, "heartbeat {n}");
+        } else {
+            assert_eq!(
+                stored.heartbeat_count, stored_count,
+                "heartbeat {n} held back"
+            );
+            let age = clock.now_ms() - stored.last_heartbeat_ms;
+            assert_eq!(
+                granted,
+                whole - age,
+                "heartbeat {n}: the lease less the stored one's age"
+            );
+        }
+        assert!(
+            clock.now_ms() + granted + lease::margin_ms(TTL_MS) <= stored.protected_until_ms,
+            "heartbeat {n}: its lease and the margin end within the stored protection"
+        );
+    }
+}
+
+/// A drain reaches its silo's next heartbeat through the replica that was asked for it, and
+/// through any other replica once the stored heartbeat is a second old (the write it then makes
+/// reads the drain back).
+async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica(
+    backend: Backend,
+) {
+    let (a, b, clock, _db) = two_replicas(backend).await;
+    let active = |cpu| heartbeat_of("a@1", cpu, SiloStatus::Active);
+    let status = |store: Arc<dyn Store>, cpu| async move {
+        beat_for_lease(store.as_ref(), &active(cpu)).await.0.status
+    };
+    status(a.clone(), 1.0).await;
+    clock.advance_ms(1_000);
+    status(a.clone(), 2.0).await; // a's copy
+    b.drain_silo(&cluster(), &silo("a@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    clock.advance_ms(500);
+    let meanwhile = status(a.clone(), 3.0).await;
+    assert!(
+        meanwhile == SiloStatus::ShuttingDown || !matches!(backend, Backend::Memory),
+        "{meanwhile:?}"
+    );
+    clock.advance_ms(500);
+    assert_eq!(status(a.clone(), 4.0).await, SiloStatus::ShuttingDown);
+
+    // Through the replica asked: at once.
+    status(a.clone(), 5.0).await;
+    let other = heartbeat_of("b@1", 1.0, SiloStatus::Active);
+    beat_for_lease(a.as_ref(), &other).await;
+    clock.advance_ms(1_000);
+    beat_for_lease(a.as_ref(), &other).await; // a's copy
+    clock.advance_ms(100);
+    a.drain_silo(&cluster(), &silo("b@1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let (answer, _) = beat_for_lease(a.as_ref(), &other).await;
+    assert_eq!(answer.status, SiloStatus::ShuttingDown);
+}
+
 async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: Backend) {
     let (store, clock, _db) = direct(backend).await;
     beat(&*store, "a@1").await;
@@ -1361,6 +1507,8 @@ for_each_store!(
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,
+    heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_protection,
+    a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,
     a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,
     work_state_is_written_only_under_the_current_lease,

@@ -16,7 +16,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
 
-pub(super) use self::written_silos::WrittenSilos;
+pub(super) use self::written_silos::{SiloCopy, WrittenSilos};
 use super::deaths::{release_chunk, retire};
 use super::error::{conflict_as_contention, PgError};
 use super::{cluster_names, decode_stored, PostgresStore};
@@ -135,6 +135,9 @@ impl PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
+        // Its next heartbeat here is written, and so learns of the drain at once (through
+        // another replica, within ORACLE_HEARTBEAT_WRITE_AFTER_MS).
+        self.written_silos.forget(cluster, silo.as_str());
         // Only a live silo is marked: one silent past its TTL is dead already, whether or not a
         // sweep has said so yet.
         sqlx::query(
@@ -161,7 +164,9 @@ impl PostgresStore {
     ) -> Result<Option<Departure>, PgError> {
         // Mark it dead first — taking the row FOR UPDATE, the death protocol (see
         // `declare_silent_dead`), so racing heartbeats and registrations wait, then find it dead —
-        // then release a first chunk of its entries; the sweep releases the rest.
+        // then release a first chunk of its entries; the sweep releases the rest. A heartbeat
+        // here after the leave is written (and so refused), not held back on a copy.
+        self.written_silos.forget(cluster, silo.as_str());
         let mut tx = self.db.begin().await?;
         let known = sqlx::query(
             "WITH locked AS (

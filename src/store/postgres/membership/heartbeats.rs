@@ -5,16 +5,23 @@
 //! the one-by-one path. A silo whose row this replica wrote last skips the read: its heartbeats
 //! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written, under the same
 //! conditions, by the statement that reads the batch's other silos — and those whose row it finds
-//! changed — so a batch is never more than two statements, and one when every copy holds.
+//! changed — so a batch is never more than two statements, and one when every copy holds. A
+//! heartbeat folded onto a copy that changes only load figures is not written at all while the
+//! stored heartbeat is younger than the write-after age ([`holds_back`]): it is answered from the
+//! copy, with a lease bounded by the protection the database holds.
 
-use std::collections::{BTreeMap, HashMap};
+mod batch;
+
+use std::collections::HashMap;
 
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
-use super::{profile_text, silo_from_row, SILO_COLUMNS};
+use self::batch::{BatchedHeartbeats, HeartbeatBatch, IfChanged};
+use super::{profile_text, silo_from_row, SiloCopy, SILO_COLUMNS};
 use crate::clock::Millis;
+use crate::cluster::silo::changes_membership;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
 use crate::store::postgres::error::lost_a_race;
 use crate::store::postgres::PostgresStore;
@@ -227,7 +234,9 @@ impl PostgresStore {
     /// wrote last are folded onto its copies; one statement writes them (each row only if it is
     /// still the version copied, as in [`Self::try_record_heartbeat`]) and reads every other
     /// silo, then one conditional update writes those. A batch whose every silo had a copy is the
-    /// write alone, followed by a read and a write only for copies it found stale. Heartbeats of
+    /// write alone, followed by a read and a write only for copies it found stale; heartbeats held
+    /// back on their copies are settled before any statement, and a batch of only those sends
+    /// none. Heartbeats of
     /// one silo are folded in order, each applied to the record the one before it left, and
     /// written once. A silo that is new, was declared dead by its heartbeat, or changed between
     /// the read and the write takes the one-by-one path, all its heartbeats in order.
@@ -244,6 +253,10 @@ impl PostgresStore {
         }
         let reachable_for = self.health.reachable_for();
         let (under, mut copied) = self.fold_copies(&mut batch, &keys, reachable_for, update);
+        let keys = batch.unheld(keys, &copied);
+        if keys.is_empty() {
+            return Ok(batch.finish());
+        }
         let keys = if copied.len() == keys.len() {
             // Every silo was folded onto a copy: the write alone, and a read only for the
             // copies it found stale.
@@ -311,32 +324,61 @@ impl PostgresStore {
             silo_ttl_ms,
             reachable_since: stamped_at.saturating_sub(reachable_for),
         };
+        let write_after = self.write_after_ms(silo_ttl_ms);
         let mut writes = Vec::new();
+        let mut held = 0;
         for copy in copies {
-            let positions = &batch.by_silo[&(cluster.as_str(), copy.id.as_str())];
-            let Some(folded) = fold_silo(&copy, liveness, positions, update) else {
+            let positions = &batch.by_silo[&(cluster.as_str(), copy.record.id.as_str())];
+            let Some(folded) = fold_silo(&copy.record, liveness, positions, update) else {
                 continue;
             };
-            let (Some(record), true) = (
-                folded.record,
-                folded.answers.iter().all(|(_, answer)| answer.is_ok()),
-            ) else {
+            let Some(record) = folded.record else {
+                // Every heartbeat refused: nothing to write, and the read judges them again. The
+                // copy stays, with whatever heartbeats it holds back.
+                self.written_silos.remember(cluster, silo_ttl_ms, copy);
                 continue;
             };
+            let hold = holds_back(&copy, &record, stamped_at, write_after);
             for (i, answer) in folded.answers {
-                batch.outcomes[i] = Some(Ok(answer));
+                batch.outcomes[i] = Some(Ok(answer.map(|(mut answered, judged)| {
+                    if hold {
+                        // The lease granted counts down to the protection stored, not to one
+                        // this heartbeat would have written.
+                        answered.protected_until_ms = copy.stored.protected_until_ms;
+                    }
+                    (answered, judged)
+                })));
+            }
+            if hold {
+                held += 1;
+                let copy = SiloCopy {
+                    record,
+                    stored: copy.stored,
+                };
+                self.written_silos.remember(cluster, silo_ttl_ms, copy);
+                continue;
             }
             writes.push(PendingWrite {
                 first: positions[0],
                 record,
-                previous_count: copy.heartbeat_count,
+                previous_count: copy.stored.heartbeat_count,
             });
         }
+        metric::heartbeats_held(held);
         let under = FoldedUnder {
             silo_ttl_ms,
             stamped_at: Some(stamped_at),
         };
         (under, writes)
+    }
+
+    /// How old a silo's stored heartbeat must be before a heartbeat that changes only load
+    /// figures is written, under a TTL of `silo_ttl_ms`: the setting, at most a third of the TTL.
+    fn write_after_ms(&self, silo_ttl_ms: Millis) -> Millis {
+        self.settings
+            .heartbeat_write_after_ms
+            .min(silo_ttl_ms / 3)
+            .max(0)
     }
 
     /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
@@ -558,7 +600,7 @@ impl PostgresStore {
                     record.mark_drained(*drained_at_ms);
                 }
                 self.written_silos
-                    .remember(cluster, under.silo_ttl_ms, record);
+                    .remember(cluster, under.silo_ttl_ms, SiloCopy::written(record));
             }
         }
     }
@@ -629,121 +671,6 @@ impl FoldedUnder {
     }
 }
 
-/// Where the heartbeats of a silo whose row changed before its write go next.
-#[derive(Clone, Copy)]
-enum IfChanged {
-    /// To the batch's read (they were folded onto a copy).
-    Read,
-    /// To the one-by-one path (they were folded onto a row just read).
-    OneByOne,
-}
-
-/// What the batched heartbeat statements settled, and the heartbeats (positions, in order) left to
-/// the one-by-one path.
-pub(super) struct BatchedHeartbeats {
-    pub(super) outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>>,
-    pub(super) one_by_one: Vec<usize>,
-}
-
-/// A batch of heartbeats on its way through the batched statements: where each silo's heartbeats
-/// are, the answers settled so far, and the heartbeats left to the one-by-one path.
-struct HeartbeatBatch<'s> {
-    silos: &'s [(ClusterName, SiloId)],
-    /// Positions of each silo's heartbeats, in batch order; silos in (cluster, silo) order so
-    /// that concurrent batches lock rows in one order.
-    by_silo: BTreeMap<(&'s str, &'s str), Vec<usize>>,
-    outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>>,
-    one_by_one: Vec<usize>,
-}
-
-impl<'s> HeartbeatBatch<'s> {
-    fn new(silos: &'s [(ClusterName, SiloId)]) -> Self {
-        let mut by_silo: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
-        for (i, (cluster, silo)) in silos.iter().enumerate() {
-            by_silo
-                .entry((cluster.as_str(), silo.as_str()))
-                .or_default()
-                .push(i);
-        }
-        Self {
-            silos,
-            by_silo,
-            outcomes: (0..silos.len()).map(|_| None).collect(),
-            one_by_one: Vec::new(),
-        }
-    }
-
-    /// The clusters the batch names, each once, in order.
-    fn clusters(&self) -> Vec<&'s ClusterName> {
-        let mut clusters: Vec<&ClusterName> = self.silos.iter().map(|(c, _)| c).collect();
-        clusters.sort();
-        clusters.dedup();
-        clusters
-    }
-
-    /// Settles every heartbeat of `cluster` as failed with `error`.
-    fn fail_cluster(&mut self, cluster: &ClusterName, error: &StoreError) {
-        for (i, (c, _)) in self.silos.iter().enumerate() {
-            if c == cluster {
-                self.outcomes[i] = Some(Err(error.clone()));
-            }
-        }
-    }
-
-    /// The silos whose heartbeats are not settled yet (their cluster exists), in (cluster, silo)
-    /// order: the ones to read.
-    fn silos_to_read(&self) -> Vec<(&'s str, &'s str)> {
-        self.by_silo
-            .iter()
-            .filter(|(_, positions)| self.outcomes[positions[0]].is_none())
-            .map(|(key, _)| *key)
-            .collect()
-    }
-
-    /// Settles the heartbeats of the silos written, given the drain stamp of each row the write
-    /// changed. A silo drained meanwhile answers shutting down, as the statement kept it. A silo
-    /// whose row changed since it was read was not written: its answers are dropped and its
-    /// heartbeats go where `if_changed` says.
-    fn settle_writes(
-        &mut self,
-        writes: &[PendingWrite],
-        drained: &HashMap<(String, String), Option<Millis>>,
-        if_changed: IfChanged,
-    ) {
-        for write in writes {
-            let (cluster, silo) = &self.silos[write.first];
-            let positions = &self.by_silo[&(cluster.as_str(), silo.as_str())];
-            match drained.get(&(cluster.to_string(), silo.to_string())) {
-                None => {
-                    for &i in positions {
-                        self.outcomes[i] = None;
-                    }
-                    if let IfChanged::OneByOne = if_changed {
-                        self.one_by_one.extend(positions);
-                    }
-                }
-                Some(None) => {}
-                Some(Some(drained_at_ms)) => {
-                    for &i in positions {
-                        if let Some(Ok(Ok((answer, _)))) = &mut self.outcomes[i] {
-                            answer.mark_drained(*drained_at_ms);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// What the batched statements settled, and the heartbeats left, in batch order.
-    fn finish(mut self) -> BatchedHeartbeats {
-        self.one_by_one.sort_unstable();
-        BatchedHeartbeats {
-            outcomes: self.outcomes,
-            one_by_one: self.one_by_one,
-        }
-    }
-}
-
 /// One silo's heartbeats folded onto its row as read.
 struct FoldedSilo {
     /// Each heartbeat's answer, by its position in the batch.
@@ -781,6 +708,21 @@ fn fold_silo(
         answers,
         record: accepted.then_some(current),
     })
+}
+
+/// Whether the heartbeats folded onto `copy` into `folded` at `stamped_at` may go unwritten: they
+/// change only load figures (and the smoothing of them), and the stored heartbeat is younger than
+/// `write_after_ms` (0: none is). The lease granted meanwhile counts down to the stored
+/// protection, which the write-after age, at most a third of the TTL, leaves most of.
+fn holds_back(
+    copy: &SiloCopy,
+    folded: &SiloRecord,
+    stamped_at: Millis,
+    write_after_ms: Millis,
+) -> bool {
+    stamped_at.saturating_sub(copy.stored.last_heartbeat_ms) < write_after_ms
+        && !changes_membership(Some(&copy.record), folded)
+        && folded.drained_at_ms == copy.record.drained_at_ms
 }
 
 /// A silo's folded record, to be written if its row is still the version read.

@@ -6,6 +6,10 @@
 //! status and the cluster's TTL being what the copy says, exactly as a write after a read is; a
 //! write that finds otherwise changes nothing, and the heartbeat is read and folded the usual way.
 //!
+//! A copy also holds heartbeats back: one that changes only a silo's load figures, while the
+//! stored heartbeat is younger than the write-after age, is folded onto the copy and answered
+//! without a write ([`SiloCopy::stored`] says what the database holds, which bounds its lease).
+//!
 //! Copies pay only where a silo's heartbeats keep coming through the replica that wrote its row
 //! (a runtime keeps its connection). Where they are spread over replicas, most copies are stale,
 //! and writing from them costs row locks that wait on the other replicas' writes: a cluster whose
@@ -32,12 +36,51 @@ pub const PROBE_EVERY: u32 = 64;
 /// The weight of the latest batch in the moving average of stale copies.
 const LATEST_WEIGHT: f64 = 0.25;
 
+/// What the database holds of a silo's row, as this replica last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredRow {
+    /// The row's version: a write from the copy is conditional on it.
+    pub heartbeat_count: i64,
+    /// The stamp of the heartbeat last written.
+    pub last_heartbeat_ms: Millis,
+    /// Until when the row protects the silo from being declared dead: no lease granted from the
+    /// copy outlives it.
+    pub protected_until_ms: Millis,
+}
+
+impl StoredRow {
+    /// The row as `record` was written.
+    pub fn of(record: &SiloRecord) -> Self {
+        Self {
+            heartbeat_count: record.heartbeat_count,
+            last_heartbeat_ms: record.last_heartbeat_ms,
+            protected_until_ms: record.protected_until_ms,
+        }
+    }
+}
+
+/// A silo's row as this replica knows it: the record its latest heartbeat was folded into, and
+/// what of it the database holds (older, when heartbeats were held back since the last write).
+#[derive(Debug, Clone)]
+pub struct SiloCopy {
+    pub record: SiloRecord,
+    pub stored: StoredRow,
+}
+
+impl SiloCopy {
+    /// A copy of the row just written as `record`.
+    pub fn written(record: SiloRecord) -> Self {
+        let stored = StoredRow::of(&record);
+        Self { record, stored }
+    }
+}
+
 /// One cluster's rows as last written, with the TTL they were judged under.
 #[derive(Debug)]
 struct ClusterRows {
     silo_ttl_ms: Millis,
     /// By silo id.
-    silos: HashMap<String, SiloRecord>,
+    silos: HashMap<String, SiloCopy>,
     /// The moving average of the share of copies that were stale, over the batches that used
     /// copies.
     stale_share: f64,
@@ -66,7 +109,7 @@ impl WrittenSilos {
         &self,
         cluster: &ClusterName,
         silos: impl Iterator<Item = &'s str>,
-    ) -> Option<(Millis, Vec<SiloRecord>)> {
+    ) -> Option<(Millis, Vec<SiloCopy>)> {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         let Rows { clusters, held } = &mut *rows;
         let cluster_rows = clusters.get_mut(cluster)?;
@@ -77,16 +120,16 @@ impl WrittenSilos {
             }
         }
         cluster_rows.set_aside_for = 0;
-        let taken: Vec<SiloRecord> = silos
+        let taken: Vec<SiloCopy> = silos
             .filter_map(|silo| cluster_rows.silos.remove(silo))
             .collect();
         *held -= taken.len();
         Some((cluster_rows.silo_ttl_ms, taken))
     }
 
-    /// Keeps `record` as the silo's row, written under `silo_ttl_ms`. A copy of a later version is
-    /// kept instead; a TTL other than the one the cluster's copies were judged under drops them.
-    pub fn remember(&self, cluster: &ClusterName, silo_ttl_ms: Millis, record: SiloRecord) {
+    /// Keeps `copy` as the silo's row, under `silo_ttl_ms`. A copy of a later version is kept
+    /// instead; a TTL other than the one the cluster's copies were judged under drops them.
+    pub fn remember(&self, cluster: &ClusterName, silo_ttl_ms: Millis, copy: SiloCopy) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         if rows.held >= MAX_SILOS {
             *rows = Rows::default();
@@ -105,14 +148,27 @@ impl WrittenSilos {
             cluster_rows.silo_ttl_ms = silo_ttl_ms;
             cluster_rows.silos.clear();
         }
-        match cluster_rows.silos.get(record.id.as_str()) {
-            Some(kept) if kept.heartbeat_count > record.heartbeat_count => {}
+        let id = copy.record.id.as_str();
+        match cluster_rows.silos.get(id) {
+            Some(kept) if kept.record.heartbeat_count > copy.record.heartbeat_count => {}
             Some(_) => {
-                cluster_rows.silos.insert(record.id.to_string(), record);
+                cluster_rows.silos.insert(id.to_owned(), copy);
             }
             None => {
-                cluster_rows.silos.insert(record.id.to_string(), record);
+                cluster_rows.silos.insert(id.to_owned(), copy);
                 *held += 1;
+            }
+        }
+    }
+
+    /// Drops the silo's copy: its row changed here in a way the copy does not know (a drain, a
+    /// leave), so its next heartbeat is written, and reads the row if the write finds it changed.
+    pub fn forget(&self, cluster: &ClusterName, silo: &str) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        if let Some(cluster_rows) = clusters.get_mut(cluster) {
+            if cluster_rows.silos.remove(silo).is_some() {
+                *held -= 1;
             }
         }
     }
@@ -141,7 +197,7 @@ mod tests {
         ClusterName::parse("c").unwrap()
     }
 
-    fn record(id: &str) -> SiloRecord {
+    fn record(id: &str) -> SiloCopy {
         let beat = Heartbeat {
             silo: SiloId::parse("silo", id).unwrap(),
             address: "a".into(),
@@ -151,7 +207,7 @@ mod tests {
             grain_types: None,
             load: LoadReport::default(),
         };
-        heartbeat::apply(&beat, None, &Liveness::at(0, 10_000)).unwrap()
+        SiloCopy::written(heartbeat::apply(&beat, None, &Liveness::at(0, 10_000)).unwrap())
     }
 
     fn taken(copies: &WrittenSilos) -> Option<usize> {
@@ -170,6 +226,9 @@ mod tests {
         copies.remember(&cluster(), 10_000, record("a@1"));
         copies.remember(&cluster(), 20_000, record("b@1"));
         assert_eq!(taken(&copies), Some(0), "judged under another TTL");
+        copies.remember(&cluster(), 20_000, record("a@1"));
+        copies.forget(&cluster(), "a@1");
+        assert_eq!(taken(&copies), Some(0), "forgotten");
     }
 
     #[test]
