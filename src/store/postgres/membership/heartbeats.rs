@@ -236,10 +236,10 @@ impl PostgresStore {
     /// silo, then one conditional update writes those. A batch whose every silo had a copy is the
     /// write alone, followed by a read and a write only for copies it found stale; heartbeats held
     /// back on their copies are settled before any statement, and a batch of only those sends
-    /// none. Heartbeats of
-    /// one silo are folded in order, each applied to the record the one before it left, and
-    /// written once. A silo that is new, was declared dead by its heartbeat, or changed between
-    /// the read and the write takes the one-by-one path, all its heartbeats in order.
+    /// none. Heartbeats of one silo are folded in order, each applied to the record the one before
+    /// it left, and written once. A silo that is new, was declared dead by its heartbeat, or
+    /// changed between the read and the write takes the one-by-one path, all its heartbeats in
+    /// order.
     pub(super) async fn try_record_heartbeats(
         &self,
         silos: &[(ClusterName, SiloId)],
@@ -285,8 +285,10 @@ impl PostgresStore {
 
     /// Folds the heartbeats of the silos of `keys` whose rows this replica wrote last onto those
     /// copies, judged at an instant no earlier than the database's clock when their write will run
-    /// (the write checks it); returns what to write, and under what. A silo with no copy, or one a
-    /// heartbeat would not be accepted from as copied, is left for the read.
+    /// (the write checks it); returns what to write, and under what. Heartbeats that
+    /// [`holds_back`] allows are settled without a write, their copies kept with them. A silo with
+    /// no copy, one a heartbeat declares dead as copied, or one whose every heartbeat the copy
+    /// refuses (its copy kept) is left for the read.
     fn fold_copies(
         &self,
         batch: &mut HeartbeatBatch<'_>,
