@@ -179,7 +179,8 @@ pub struct HeartbeatResponse {
     /// without another acknowledged heartbeat: the TTL less a tenth (the margin covers clock
     /// rates and the time to stop), or less when the replica answered without writing this
     /// heartbeat (it changed only load figures, within ORACLE_HEARTBEAT_WRITE_AFTER_MS of the one
-    /// stored): then the lease ends a margin before the stored heartbeat's protection. When it runs out, pause every grain but keep the
+    /// stored): then the lease ends a margin before the stored heartbeat's protection. When it
+    /// runs out, pause every grain but keep the
     /// registrations; resume them, under the same epochs, when a heartbeat is acknowledged again;
     /// drop them only when told `silo-declared-dead`. A later acknowledgement never shortens a
     /// lease already held. The oracle declares no silo dead before its lease has run out.

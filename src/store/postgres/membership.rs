@@ -135,8 +135,9 @@ impl PostgresStore {
         cluster: &ClusterName,
         silo: &SiloId,
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
-        // Its next heartbeat here is written, and so learns of the drain at once (through
-        // another replica, within ORACLE_HEARTBEAT_WRITE_AFTER_MS).
+        // Its next heartbeat here is not held back on a copy: its write reads the drain back at
+        // once (but for a heartbeat being folded on the copy at this very moment, which puts it
+        // back). Through another replica, within ORACLE_HEARTBEAT_WRITE_AFTER_MS.
         self.written_silos.forget(cluster, silo.as_str());
         // Only a live silo is marked: one silent past its TTL is dead already, whether or not a
         // sweep has said so yet.
@@ -165,7 +166,8 @@ impl PostgresStore {
         // Mark it dead first — taking the row FOR UPDATE, the death protocol (see
         // `declare_silent_dead`), so racing heartbeats and registrations wait, then find it dead —
         // then release a first chunk of its entries; the sweep releases the rest. A heartbeat
-        // here after the leave is written (and so refused), not held back on a copy.
+        // here after the leave is not held back on a copy: its write finds the silo dead, and it
+        // is refused.
         self.written_silos.forget(cluster, silo.as_str());
         let mut tx = self.db.begin().await?;
         let known = sqlx::query(
