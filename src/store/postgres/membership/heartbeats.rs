@@ -713,7 +713,8 @@ fn fold_silo(
 }
 
 /// Whether the heartbeats folded onto `copy` into `folded` at `stamped_at` may go unwritten: they
-/// change only load figures (and the smoothing of them), and the stored heartbeat is younger than
+/// change only load figures (and the smoothing of them; a drain is never folded, it comes from
+/// the database), and the stored heartbeat is younger than
 /// `write_after_ms` (0: none is). The lease granted meanwhile counts down to the stored
 /// protection, which the write-after age, at most a third of the TTL, leaves most of.
 fn holds_back(
@@ -724,7 +725,6 @@ fn holds_back(
 ) -> bool {
     stamped_at.saturating_sub(copy.stored.last_heartbeat_ms) < write_after_ms
         && !changes_membership(Some(&copy.record), folded)
-        && folded.drained_at_ms == copy.record.drained_at_ms
 }
 
 /// A silo's folded record, to be written if its row is still the version read.
