@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use placement_oracle::clock::Millis;
 use placement_oracle::clock::{Clock, ManualClock};
-use placement_oracle::cluster::heartbeat::{self, Heartbeat};
+use placement_oracle::cluster::heartbeat::{self, Heartbeat, HeartbeatRejection};
 use placement_oracle::cluster::lease;
 use placement_oracle::cluster::{
     ClusterName, GrainId, LoadReport, PoolName, SiloId, SiloRecord, SiloStatus,
@@ -1348,6 +1348,52 @@ async fn heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_prote
     }
 }
 
+/// A silo whose heartbeats were held back and that then fell silent is dead once the stored
+/// protection passes, as every reader of the row sees it: its next heartbeat is refused, not
+/// judged by the later protection the held heartbeats would have written (which brought the silo
+/// back after readers had placed its grains elsewhere).
+async fn a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protection_passes(
+    backend: Backend,
+) {
+    let (store, clock, _db) = direct(backend).await;
+    // A new silo, its row read and written (the replica's copy), then three held back.
+    for (n, after) in [0, 1_000, 300, 300, 399].into_iter().enumerate() {
+        clock.advance_ms(after);
+        beat_for_lease(
+            store.as_ref(),
+            &heartbeat_of("a@1", n as f64, SiloStatus::Active),
+        )
+        .await;
+    }
+    let last_beat = clock.now_ms();
+    let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    clock.advance_ms(stored.protected_until_ms - clock.now_ms() + 1);
+    if !matches!(backend, Backend::Memory) {
+        assert!(
+            clock.now_ms() < last_beat + TTL_MS,
+            "within the protection the last heartbeat would have written"
+        );
+    }
+    let (read, liveness) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(read.status_at(&liveness), SiloStatus::Dead, "read as dead");
+    let beat = heartbeat_of("a@1", 9.0, SiloStatus::Active);
+    let update =
+        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(&beat, previous, liveness);
+    let answers = store
+        .record_heartbeats(&[(cluster(), silo("a@1"))], &update)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            answers.as_slice(),
+            [Ok(Err(HeartbeatRejection::DeclaredDead { .. }))]
+        ),
+        "{answers:?}"
+    );
+    let (after, liveness) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+    assert_eq!(after.status_at(&liveness), SiloStatus::Dead, "still dead");
+}
+
 /// A drain reaches its silo's next heartbeat through the replica that was asked for it, and
 /// through any other replica once the stored heartbeat is a second old (the write it then makes
 /// reads the drain back).
@@ -1508,6 +1554,7 @@ for_each_store!(
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,
     heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_protection,
+    a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protection_passes,
     a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,
     a_drained_silo_stays_shutting_down_and_its_cluster_is_driven,

@@ -353,10 +353,7 @@ impl PostgresStore {
             }
             if hold {
                 held += 1;
-                let copy = SiloCopy {
-                    record,
-                    stored: copy.stored,
-                };
+                let copy = SiloCopy::held(record, copy.stored);
                 self.written_silos.remember(cluster, silo_ttl_ms, copy);
                 continue;
             }

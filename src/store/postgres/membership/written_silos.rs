@@ -61,6 +61,8 @@ impl StoredRow {
 
 /// A silo's row as this replica knows it: the record its latest heartbeat was folded into, and
 /// what of it the database holds (older, when heartbeats were held back since the last write).
+/// The record's stamp and protection are always the stored ones, so that the next heartbeat is
+/// judged alive or dead exactly as a read of the row would judge it.
 #[derive(Debug, Clone)]
 pub struct SiloCopy {
     pub record: SiloRecord,
@@ -71,6 +73,17 @@ impl SiloCopy {
     /// A copy of the row just written as `record`.
     pub fn written(record: SiloRecord) -> Self {
         let stored = StoredRow::of(&record);
+        Self { record, stored }
+    }
+
+    /// A copy holding back the heartbeats folded into `record`, of a row stored as `stored`.
+    /// The record's stamp and protection go back to the stored ones: a heartbeat held back
+    /// protects the silo no longer than the row does. Judged by its own, the copy would take a
+    /// silo the database already holds dead (every reader sees it so) for alive, and a heartbeat
+    /// written from it would bring that silo back.
+    pub fn held(mut record: SiloRecord, stored: StoredRow) -> Self {
+        record.last_heartbeat_ms = stored.last_heartbeat_ms;
+        record.protected_until_ms = stored.protected_until_ms;
         Self { record, stored }
     }
 }
