@@ -14,9 +14,9 @@ use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
-    Completion, Due, EdgeReport, Ending, Failure, Lease, LeaseClaim, MigrationReason,
-    NewActivation, NewMigration, Proposal, Refusal, Registration, Store, StoreError,
-    DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
+    Completion, Due, EdgeReport, Ending, Failure, HeartbeatOutcome, Lease, LeaseClaim,
+    MigrationReason, NewActivation, NewMigration, Proposal, Refusal, Registration, Store,
+    StoreError, DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
 };
 
 use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
@@ -1229,42 +1229,38 @@ async fn a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last(bac
         .unwrap()
         .unwrap();
     let beat = heartbeat_of("a@1", 40.0, SiloStatus::Active);
-    let update =
-        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(&beat, previous, liveness);
-    let answers = store
-        .record_heartbeats(&[(cluster(), silo("a@1"))], &update)
-        .await
-        .unwrap();
-    let [Ok(Ok((record, liveness)))] = answers.as_slice() else {
-        panic!("{answers:?}");
-    };
+    let (record, liveness) = beat_batched(store.as_ref(), &beat).await.unwrap();
     assert_eq!(liveness.silo_ttl_ms, longer);
     assert_eq!(
         record.protected_until_ms,
         lease::protected_until_ms(before.protected_until_ms, clock.now_ms(), longer)
     );
     let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
-    assert_eq!(&stored, record);
+    assert_eq!(stored, record);
+}
+
+/// One heartbeat through `store`'s batch path, as answered.
+async fn beat_batched(store: &dyn Store, beat: &Heartbeat) -> HeartbeatOutcome {
+    let update =
+        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(beat, previous, liveness);
+    let mut answers = store
+        .record_heartbeats(&[(cluster(), beat.silo.clone())], &update)
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    answers.pop().unwrap().unwrap()
 }
 
 /// One heartbeat through `store`'s batch path: the record it answered with and the lease that
 /// answer grants.
 async fn beat_for_lease(store: &dyn Store, beat: &Heartbeat) -> (SiloRecord, Millis) {
-    let update =
-        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(beat, previous, liveness);
-    let answers = store
-        .record_heartbeats(&[(cluster(), beat.silo.clone())], &update)
-        .await
-        .unwrap();
-    let [Ok(Ok((record, liveness)))] = answers.as_slice() else {
-        panic!("{answers:?}");
-    };
+    let (record, liveness) = beat_batched(store, beat).await.unwrap();
     let granted = lease::granted_ms(
         liveness.silo_ttl_ms,
         record.protected_until_ms,
         liveness.now,
     );
-    (record.clone(), granted)
+    (record, granted)
 }
 
 /// One heartbeat through `store`'s one-by-one path, which reads the row and writes every
@@ -1376,19 +1372,14 @@ async fn a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protec
     }
     let (read, liveness) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
     assert_eq!(read.status_at(&liveness), SiloStatus::Dead, "read as dead");
-    let beat = heartbeat_of("a@1", 9.0, SiloStatus::Active);
-    let update =
-        |_: usize, previous: Option<&_>, liveness: &_| heartbeat::apply(&beat, previous, liveness);
-    let answers = store
-        .record_heartbeats(&[(cluster(), silo("a@1"))], &update)
-        .await
-        .unwrap();
+    let answer = beat_batched(
+        store.as_ref(),
+        &heartbeat_of("a@1", 9.0, SiloStatus::Active),
+    )
+    .await;
     assert!(
-        matches!(
-            answers.as_slice(),
-            [Ok(Err(HeartbeatRejection::DeclaredDead { .. }))]
-        ),
-        "{answers:?}"
+        matches!(answer, Err(HeartbeatRejection::DeclaredDead { .. })),
+        "{answer:?}"
     );
     let (after, liveness) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
     assert_eq!(after.status_at(&liveness), SiloStatus::Dead, "still dead");
