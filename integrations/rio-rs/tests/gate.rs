@@ -29,11 +29,14 @@ const SERVICE: &str = "192.0.2.9:7001";
 /// only when the script refuses them.
 const LEASE_MS: u64 = 1_000;
 
-/// What the scripted replica answers: heartbeats (with a lease of [`LEASE_MS`], or a status to
-/// refuse with) and claims (for the silo named).
+/// What the scripted replica answers: heartbeats (with a lease of [`LEASE_MS`], refused as dead
+/// for the incarnation it holds dead, or refused with a status) and claims (for the silo named).
 #[derive(Clone)]
 struct Script {
     refuse_heartbeats: Arc<AtomicU16>,
+    /// The incarnation held dead: its heartbeats are refused with 409 as a real replica refuses
+    /// them, while a later generation's are answered.
+    dead: Arc<Mutex<Option<String>>>,
     placed_on: Arc<Mutex<String>>,
 }
 
@@ -41,15 +44,18 @@ impl Script {
     fn new() -> Self {
         Self {
             refuse_heartbeats: Arc::default(),
+            dead: Arc::default(),
             placed_on: Arc::new(Mutex::new(format!("{ME}@1"))),
         }
     }
 
     fn answer(&self, request: &Request) -> Reply {
         if request.path.ends_with("/heartbeats") {
+            if self.dead.lock().unwrap().as_deref() == request.body["silo"].as_str() {
+                return Reply::problem(409, "silo-declared-dead");
+            }
             return match self.refuse_heartbeats.load(Ordering::SeqCst) {
                 0 => Reply::ok(json!({ "lease_ms": LEASE_MS })),
-                409 => Reply::problem(409, "silo-declared-dead"),
                 status => Reply::problem(status, "store-unavailable"),
             };
         }
@@ -251,16 +257,12 @@ async fn told_dead_the_server_forgets_every_registration_and_rejoins() {
     node.placement.lookup(&counter("a")).await.unwrap();
     node.gate.admit("Counter/a").unwrap().loaded();
 
-    node.script.refuse_heartbeats.store(409, Ordering::SeqCst);
-    until("declared dead", || {
-        node.gate.stats().deaths.load(Ordering::SeqCst) == 1
-    })
-    .await;
-    node.script.refuse_heartbeats.store(0, Ordering::SeqCst);
+    *node.script.dead.lock().unwrap() = Some(format!("{ME}@1"));
     until("rejoined", || {
         node.silo.generation() == 2 && node.silo.may_run_grains()
     })
     .await;
+    assert_eq!(node.gate.stats().deaths.load(Ordering::SeqCst), 1);
     assert_eq!(node.gate.held(), 0);
     assert_eq!(refusal(&node.gate, "Counter/a"), Some(Refusal::NotHere));
     assert_eq!(
