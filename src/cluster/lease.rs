@@ -120,7 +120,6 @@ mod tests {
             prop_assert!(lease == 0 || stops_by <= protected_until);
         }
 
-
         /// Whatever the TTL, a silo that stops when its lease runs out (counted from a send no
         /// later than the stamp, on a clock up to 1 % slow) has stopped before the oracle may
         /// declare it dead.

@@ -346,21 +346,21 @@ impl PostgresStore {
                     if hold {
                         // The lease granted counts down to the protection stored, not to one
                         // this heartbeat would have written.
-                        answered.protected_until_ms = copy.stored.protected_until_ms;
+                        answered.protected_until_ms = copy.record.protected_until_ms;
                     }
                     (answered, judged)
                 })));
             }
             if hold {
                 held += 1;
-                let copy = SiloCopy::held(record, copy.stored);
-                self.written_silos.remember(cluster, silo_ttl_ms, copy);
+                self.written_silos
+                    .remember(cluster, silo_ttl_ms, copy.holding(record));
                 continue;
             }
             writes.push(PendingWrite {
                 first: positions[0],
                 record,
-                previous_count: copy.stored.heartbeat_count,
+                previous_count: copy.stored_count,
             });
         }
         metric::heartbeats_held(held);
@@ -711,16 +711,16 @@ fn fold_silo(
 
 /// Whether the heartbeats folded onto `copy` into `folded` at `stamped_at` may go unwritten: they
 /// change only load figures (and the smoothing of them; a drain is never folded, it comes from
-/// the database), and the stored heartbeat is younger than
-/// `write_after_ms` (0: none is). The lease granted meanwhile counts down to the stored
-/// protection, which the write-after age, at most a third of the TTL, leaves most of.
+/// the database), and the stored heartbeat (the copy's stamp) is younger than `write_after_ms`
+/// (0: none is). The lease granted meanwhile counts down to the stored protection, which the
+/// write-after age, at most a third of the TTL, leaves most of.
 fn holds_back(
     copy: &SiloCopy,
     folded: &SiloRecord,
     stamped_at: Millis,
     write_after_ms: Millis,
 ) -> bool {
-    stamped_at.saturating_sub(copy.stored.last_heartbeat_ms) < write_after_ms
+    stamped_at.saturating_sub(copy.record.last_heartbeat_ms) < write_after_ms
         && !changes_membership(Some(&copy.record), folded)
 }
 

@@ -8,7 +8,8 @@
 //!
 //! A copy also holds heartbeats back: one that changes only a silo's load figures, while the
 //! stored heartbeat is younger than the write-after age, is folded onto the copy and answered
-//! without a write ([`SiloCopy::stored`] says what the database holds, which bounds its lease).
+//! without a write ([`SiloCopy::holding`]: the copy keeps the stored stamp and protection, which
+//! bound its lease).
 //!
 //! Copies pay only where a silo's heartbeats keep coming through the replica that wrote its row
 //! (a runtime keeps its connection). Where they are spread over replicas, most copies are stale,
@@ -36,55 +37,41 @@ pub const PROBE_EVERY: u32 = 64;
 /// The weight of the latest batch in the moving average of stale copies.
 const LATEST_WEIGHT: f64 = 0.25;
 
-/// What the database holds of a silo's row, as this replica last wrote it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoredRow {
-    /// The row's version: a write from the copy is conditional on it.
-    pub heartbeat_count: i64,
-    /// The stamp of the heartbeat last written.
-    pub last_heartbeat_ms: Millis,
-    /// Until when the row protects the silo from being declared dead: no lease granted from the
-    /// copy outlives it.
-    pub protected_until_ms: Millis,
-}
-
-impl StoredRow {
-    /// The row as `record` was written.
-    pub fn of(record: &SiloRecord) -> Self {
-        Self {
-            heartbeat_count: record.heartbeat_count,
-            last_heartbeat_ms: record.last_heartbeat_ms,
-            protected_until_ms: record.protected_until_ms,
-        }
-    }
-}
-
-/// A silo's row as this replica knows it: the record its latest heartbeat was folded into, and
-/// what of it the database holds (older, when heartbeats were held back since the last write).
-/// The record's stamp and protection are always the stored ones, so that the next heartbeat is
-/// judged alive or dead exactly as a read of the row would judge it.
+/// A silo's row as this replica knows it: the record its latest heartbeat was folded into, with
+/// the stamp and protection the database holds (older than the folded heartbeat's when
+/// heartbeats were held back since the last write), so that the next heartbeat is judged alive
+/// or dead exactly as a read of the row would judge it, and no lease granted from the copy
+/// outlives the stored protection.
 #[derive(Debug, Clone)]
 pub struct SiloCopy {
     pub record: SiloRecord,
-    pub stored: StoredRow,
+    /// The row's version (`heartbeat_count`) as stored: a write from the copy is conditional on
+    /// it. Below the record's by the heartbeats held back since the last write.
+    pub stored_count: i64,
 }
 
 impl SiloCopy {
     /// A copy of the row just written as `record`.
     pub fn written(record: SiloRecord) -> Self {
-        let stored = StoredRow::of(&record);
-        Self { record, stored }
+        let stored_count = record.heartbeat_count;
+        Self {
+            record,
+            stored_count,
+        }
     }
 
-    /// A copy holding back the heartbeats folded into `record`, of a row stored as `stored`.
-    /// The record's stamp and protection go back to the stored ones: a heartbeat held back
-    /// protects the silo no longer than the row does. Judged by its own, the copy would take a
-    /// silo the database already holds dead (every reader sees it so) for alive, and a heartbeat
-    /// written from it would bring that silo back.
-    pub fn held(mut record: SiloRecord, stored: StoredRow) -> Self {
-        record.last_heartbeat_ms = stored.last_heartbeat_ms;
-        record.protected_until_ms = stored.protected_until_ms;
-        Self { record, stored }
+    /// This copy, holding back the heartbeats folded into `folded` as well. The stamp and
+    /// protection stay the stored ones: a heartbeat held back protects the silo no longer than
+    /// the row does. Judged by the folded ones, the copy would take a silo the database already
+    /// holds dead (every reader sees it so) for alive, and a heartbeat written from it would bring
+    /// that silo back.
+    pub fn holding(&self, mut folded: SiloRecord) -> Self {
+        folded.last_heartbeat_ms = self.record.last_heartbeat_ms;
+        folded.protected_until_ms = self.record.protected_until_ms;
+        Self {
+            record: folded,
+            stored_count: self.stored_count,
+        }
     }
 }
 
