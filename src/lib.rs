@@ -150,6 +150,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             Ok(Arc::new(MemoryStore::new(
                 config.store_settings(),
                 Arc::new(MonotonicClock::default()),
+                store::stalls::StallWatch::process(),
             )))
         }
     }

@@ -21,6 +21,8 @@
 //! - `migrations.rs` — [`MigrationStore`]: grains that should move.
 //! - `edges.rs` — [`EdgeStore`]: reports of calls between grains, waiting to be counted.
 //! - `keys.rs` — [`KeyStore`]: cluster keys.
+//! - `stalls.rs` — [`stalls::StallWatch`]: whether the replica's own process has been running, which
+//!   both stores count silence from.
 //! - `error.rs` — [`StoreError`] in the domain's words (unreachable, read-only, timed out,
 //!   contended, overloaded, corrupt, a limit, failed), what it says about reaching the database
 //!   ([`Reach`]), and the limits that refuse writes ([`LimitReached`]). No sqlx in it: the Postgres
@@ -43,6 +45,7 @@ mod pools;
 
 pub mod memory;
 pub mod postgres;
+pub mod stalls;
 
 use std::sync::Arc;
 

@@ -17,6 +17,7 @@ use placement_oracle::rate_limit::{RateLimits, Rates};
 use placement_oracle::secret::Secret;
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::{Pooling, PostgresStore};
+use placement_oracle::store::stalls::StallWatch;
 use placement_oracle::store::{Store, StoreSettings, StoreTime};
 use placement_oracle::{app, telemetry, AppState, Limits};
 use serde_json::{json, Value};
@@ -58,6 +59,10 @@ pub struct TestApp {
     /// would), and what a sibling replica shares.
     pub store: Arc<dyn Store>,
     pub clock: ManualClock,
+    /// The clock of the replica's own process, which its store's [`StallWatch`] looks at: it
+    /// stands still (looks are never far apart), so the replica never stalls unless a test moves
+    /// it to freeze the replica. Only apps built with a new store have one that matters.
+    pub process: ManualClock,
     pub cluster: String,
     /// Keeps a Postgres test's database until the last replica using it is dropped.
     pub _database: Option<Arc<TestDatabase>>,
@@ -184,6 +189,7 @@ impl TestDatabase {
             Pooling::Session,
             StoreSettings::with_ttl(TTL_MS),
             Some(&clock),
+            never_stalls(),
         )
         .migrate()
         .await
@@ -227,6 +233,7 @@ impl TestDatabase {
             self.pooling(),
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
+            never_stalls(),
         ))
         .await
     }
@@ -242,6 +249,7 @@ impl TestDatabase {
             self.pooling(),
             settings,
             None,
+            never_stalls(),
         ))
         .await
     }
@@ -273,6 +281,7 @@ impl TestDatabase {
             Pooling::Session,
             StoreSettings::with_ttl(TTL_MS),
             Some(clock),
+            never_stalls(),
         ))
         .await
     }
@@ -288,6 +297,7 @@ impl TestDatabase {
             Pooling::Session,
             settings,
             None,
+            never_stalls(),
         ))
         .await
     }
@@ -365,6 +375,7 @@ fn store_on(
     pooling: Pooling,
     settings: StoreSettings,
     clock: Option<&ManualClock>,
+    stalls: Arc<StallWatch>,
 ) -> PostgresStore {
     match clock {
         Some(clock) => PostgresStore::from_pool(
@@ -373,6 +384,7 @@ fn store_on(
             settings,
             StoreTime::Clock(Arc::new(clock.clone())),
             Arc::new(clock.clone()),
+            stalls,
         ),
         None => PostgresStore::from_pool(
             pool,
@@ -380,8 +392,15 @@ fn store_on(
             settings,
             StoreTime::Database,
             Arc::new(MonotonicClock::default()),
+            stalls,
         ),
     }
+}
+
+/// A replica process that never stalls (its watch's clock stands still): what every test store
+/// runs on unless the test stages a stall, so that no test judges by how the machine ran it.
+pub fn never_stalls() -> Arc<StallWatch> {
+    StallWatch::on(Arc::new(ManualClock::starting_at(0)))
 }
 
 /// `store` once it has reached its database: as a replica whose sweeper has run since it started.
@@ -495,12 +514,15 @@ impl AppBuilder {
         let clock = self
             .clock
             .unwrap_or_else(|| ManualClock::starting_at(START_MS));
+        let process = ManualClock::starting_at(0);
+        let stalls = StallWatch::on(Arc::new(process.clone()));
         let (store, database): (Arc<dyn Store>, _) = match (self.store, self.backend) {
             (Some(given), _) => given,
             (None, Backend::Memory) => (
                 Arc::new(MemoryStore::new(
                     self.store_settings,
                     Arc::new(clock.clone()),
+                    stalls,
                 )),
                 None,
             ),
@@ -512,6 +534,7 @@ impl AppBuilder {
                     database.pooling(),
                     self.store_settings,
                     Some(&clock),
+                    stalls,
                 ))
                 .await;
                 (Arc::new(store), Some(database))
@@ -539,6 +562,7 @@ impl AppBuilder {
             oracle,
             store,
             clock,
+            process,
             cluster: self.cluster.unwrap_or_else(unique_cluster),
             _database: database,
         }
@@ -550,6 +574,7 @@ pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(
         StoreSettings::with_ttl(TTL_MS),
         Arc::new(clock.clone()),
+        never_stalls(),
     ))
 }
 

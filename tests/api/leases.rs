@@ -14,6 +14,7 @@ use crate::proxy::FaultyLink;
 for_each_store!(
     every_acknowledged_heartbeat_grants_the_ttl_less_a_tenth,
     a_shorter_ttl_never_cuts_short_a_lease_already_granted,
+    a_replica_that_did_not_run_judges_no_silence_from_before_it_ran_again,
 );
 
 async fn every_acknowledged_heartbeat_grants_the_ttl_less_a_tenth(backend: Backend) {
@@ -74,6 +75,39 @@ async fn a_shorter_ttl_never_cuts_short_a_lease_already_granted(backend: Backend
     assert_eq!(app.oracle.members.sweep().await.unwrap(), 1);
     assert_eq!(app.get("/silos/a@1").await.body["status"], "dead");
     assert_eq!(app.place("user/kept").await["silo"], "b@1");
+}
+
+/// A replica whose own process did not run for three TTLs (frozen, its VM paused) did not watch
+/// its silos meanwhile. The heartbeat that waited in its queue through the freeze is accepted, not
+/// answered `declared_dead`; no sweep kills a silo for that silence; a silo that stays silent dies
+/// a whole TTL after the replica runs again.
+async fn a_replica_that_did_not_run_judges_no_silence_from_before_it_ran_again(backend: Backend) {
+    let app = TestApp::new(backend).await;
+    app.heartbeat("beating@1", json!({})).await;
+    app.heartbeat("quiet@1", json!({})).await;
+
+    // Frozen: the store's clock and the process's own move on together.
+    app.clock.advance_ms(3 * TTL_MS);
+    app.process.advance_ms(3 * TTL_MS);
+    let queued = app
+        .post("/heartbeats", json!({ "silo": "beating@1" }))
+        .await;
+    assert_eq!(queued.status, StatusCode::OK, "{:?}", queued.body);
+    assert_eq!(queued.body["status"], "active");
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 0);
+    assert_eq!(app.get("/silos/quiet@1").await.body["status"], "active");
+
+    app.clock.advance_ms(TTL_MS - 1);
+    app.heartbeat("beating@1", json!({})).await;
+    assert_eq!(app.oracle.members.sweep().await.unwrap(), 0);
+    app.clock.advance_ms(1);
+    assert_eq!(
+        app.oracle.members.sweep().await.unwrap(),
+        1,
+        "a whole TTL watched since the replica ran again"
+    );
+    assert_eq!(app.get("/silos/quiet@1").await.body["status"], "dead");
+    assert_eq!(app.get("/silos/beating@1").await.body["status"], "active");
 }
 
 /// A replica that has just reached the store (it started, say, while the only other replica was

@@ -20,6 +20,7 @@ pub const TTL: Duration = Duration::from_millis(SILO_TTL_MS);
 /// The shape of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
+    pub replicas: usize,
     pub hosts: usize,
     pub grains: usize,
     pub callers: usize,
@@ -28,6 +29,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
+            replicas: 2,
             hosts: 5,
             grains: 200,
             callers: 3,
@@ -45,8 +47,8 @@ pub struct Run {
 }
 
 impl Run {
-    /// Starts two replicas on `database_url`, the hosts (waiting until each runs), and the
-    /// callers.
+    /// Starts the replicas (two by default) on `database_url`, the hosts (waiting until each
+    /// runs), and the callers.
     pub async fn start(database_url: &str, options: Options) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let cluster = format!(
@@ -54,10 +56,10 @@ impl Run {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let replicas = vec![
-            OracleProcess::start("replica-1", database_url).await,
-            OracleProcess::start("replica-2", database_url).await,
-        ];
+        let mut replicas = Vec::new();
+        for n in 1..=options.replicas {
+            replicas.push(OracleProcess::start(&format!("replica-{n}"), database_url).await);
+        }
         let mut run = Self {
             replicas,
             hosts: Hosts::default(),
@@ -172,6 +174,20 @@ impl Run {
                 *metrics.entry(name).or_default() += value;
             }
         }
+        let warnings = self
+            .replicas
+            .iter()
+            .flat_map(|replica| {
+                replica
+                    .log_text()
+                    .lines()
+                    .filter(|line| {
+                        line.contains(r#""level":"WARN""#) || line.contains(r#""level":"ERROR""#)
+                    })
+                    .map(|line| format!("{}: {line}", replica.name))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let hosts = self.hosts.all();
         let sum = |f: &dyn Fn(&Host) -> u64| hosts.iter().map(|h| f(h)).sum::<u64>();
         let report = Report {
@@ -198,6 +214,7 @@ impl Run {
                 .collect(),
             calls,
             metrics,
+            warnings,
         };
         for host in hosts {
             host.kill();
@@ -226,15 +243,19 @@ pub struct Report {
     pub heartbeats: Vec<(BTreeMap<String, u64>, u64)>,
     /// The replicas' counters of what happened to membership, added up ([`WATCHED_METRICS`]).
     pub metrics: BTreeMap<&'static str, f64>,
+    /// The replicas' warnings and errors (outages, stalls, deaths), each prefixed with its
+    /// replica's name: what a failed assertion is read with.
+    pub warnings: Vec<String>,
 }
 
 /// What the replicas say happened: outages, deaths, deaths deferred for an outage, leases that ran
-/// out.
-pub const WATCHED_METRICS: [&str; 4] = [
+/// out, stalls of their own processes.
+pub const WATCHED_METRICS: [&str; 5] = [
     "oracle_store_outages_total",
     "oracle_silos_declared_dead_total",
     "oracle_silo_deaths_deferred_total",
     "oracle_silo_leases_lapsed_total",
+    "oracle_replica_stalls_total",
 ];
 
 /// The watched counters of the replica at `base` (0 for one never incremented; a killed and
@@ -280,6 +301,9 @@ impl Report {
             self.tally.double_activations.len(),
         );
         println!("  replicas' counters: {:?}", self.metrics);
+        for line in self.warnings.iter().take(40) {
+            println!("  {line}");
+        }
         for (i, (failures, longest)) in self.heartbeats.iter().enumerate() {
             println!("  host {i}: longest wait for an acknowledgement {longest} ms; failed heartbeats {failures:?}");
         }

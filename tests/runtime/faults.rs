@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::cluster_run::{operator_post, silo, Options, Run, SharedDatabase, TTL};
+use crate::cluster_run::{operator_post, series_value, silo, Options, Run, SharedDatabase, TTL};
 use crate::host::HEARTBEAT_INTERVAL;
 use crate::postgres_server::{OwnPostgres, StopMode};
 
@@ -43,6 +43,16 @@ async fn store_outage(mode: StopMode) {
         .unwrap();
     tokio::time::sleep(3 * TTL).await;
     let paused = run.hosts.all().iter().filter(|h| !h.is_running()).count();
+    let mut ready_while_down = Vec::new();
+    for replica in &run.replicas {
+        let text = reqwest::get(format!("{}/metrics", replica.base()))
+            .await
+            .expect("a replica serves its metrics while its store is down")
+            .text()
+            .await
+            .unwrap();
+        ready_while_down.push(series_value(&text, "oracle_ready"));
+    }
     let starting = server.clone();
     tokio::task::spawn_blocking(move || starting.start_again())
         .await
@@ -63,6 +73,11 @@ async fn store_outage(mode: StopMode) {
     assert_eq!(
         paused, 5,
         "a host kept running without an acknowledged heartbeat"
+    );
+    assert_eq!(
+        ready_while_down,
+        [0.0, 0.0],
+        "oracle_ready while the store was down"
     );
     // What an operator sees: outages on both replicas, leases that ran out, no death.
     let counted = |name| report.metric(name);
@@ -140,6 +155,70 @@ async fn a_replica_killed_and_restarted_loses_nothing_and_kills_no_one() {
     report.print("a replica killed for 2 TTLs and restarted");
     report.assert_single_activation();
     report.assert_no_rejoin();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_only_replica_frozen_for_three_ttls_pauses_its_silos_and_kills_none() {
+    replica_frozen(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_frozen_for_three_ttls_beside_another_kills_no_silo() {
+    replica_frozen(2).await;
+}
+
+/// The first of `replicas` replicas is frozen (SIGSTOP: a paused VM, a debugger) for three TTLs
+/// while Postgres stays up, then thawed. Heartbeats sent to it wait in its socket queues; when it
+/// runs again they find their silos silent for longer than the TTL, and must not declare them
+/// dead: a replica that did not run did not watch. Alone, it pauses every host (no lease can be
+/// renewed) and they resume; beside another, the hosts carry on through the other.
+async fn replica_frozen(replicas: usize) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let database = SharedDatabase::create().await;
+    let run = Run::start(
+        &database.url(),
+        Options {
+            replicas,
+            ..Options::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(WARM_UP).await;
+
+    run.replicas[0].freeze();
+    tokio::time::sleep(3 * TTL).await;
+    let paused = run.hosts.all().iter().filter(|h| !h.is_running()).count();
+    run.replicas[0].thaw();
+    let thawed = Instant::now();
+    let resumed = run.until_all_running(4 * TTL).await;
+    tokio::time::sleep(2 * TTL).await;
+
+    let first_served = run.calls().first_served_after(thawed).map(|at| at - thawed);
+    let report = run.finish().await;
+    report.print(&format!(
+        "replica 1 of {replicas} frozen (SIGSTOP) for 3 TTLs, then thawed"
+    ));
+    println!(
+        "  paused while it was frozen: {paused} of 5 hosts; all running {resumed:?} after the \
+         thaw; first call served {first_served:?} after"
+    );
+    report.assert_single_activation();
+    report.assert_no_rejoin();
+    let counted = |name| report.metric(name);
+    assert_eq!(counted("oracle_silos_declared_dead_total"), 0.0);
+    assert!(
+        counted("oracle_replica_stalls_total") >= 1.0,
+        "the frozen replica saw its stall: {:?}",
+        report.metrics
+    );
+    if replicas == 1 {
+        assert_eq!(paused, 5, "a host ran without an acknowledged heartbeat");
+    }
+    let resumed = resumed.expect("the hosts run again");
+    assert!(
+        resumed <= HEARTBEAT_INTERVAL + Duration::from_secs(2),
+        "the cluster took {resumed:?} to run again after the thaw"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

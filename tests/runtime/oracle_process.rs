@@ -120,6 +120,26 @@ impl OracleProcess {
         }
     }
 
+    /// SIGSTOP: the process stops running, as a paused VM or a debugger stops it, while its
+    /// kernel still accepts connections and queues their requests.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT: the frozen process runs again, its queued requests first.
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the replica runs").id();
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
     /// Starts the killed replica again on its port.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "kill the replica first");

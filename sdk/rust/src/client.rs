@@ -50,6 +50,8 @@ struct Inner {
     urls: Vec<String>,
     cluster: String,
     http: reqwest::Client,
+    /// Longest wait for one replica's answer (see [`ClientOptions::timeout`]).
+    timeout: Duration,
     preferred: AtomicUsize,
 }
 
@@ -83,6 +85,7 @@ impl OracleClient {
                     .collect(),
                 cluster: cluster.to_owned(),
                 http,
+                timeout: options.timeout,
                 preferred: AtomicUsize::new(options.first_replica % urls.len()),
             }),
         })
@@ -100,7 +103,19 @@ impl OracleClient {
         rest: &str,
         body: Option<&Value>,
     ) -> Result<T, OracleError> {
-        let value = self.call_value(method, rest, body).await?;
+        self.call_within(method, rest, body, None).await
+    }
+
+    /// As [`Self::call`], waiting for each replica at most `attempt` (when shorter than the
+    /// client's timeout) before the next is tried: for calls that may safely reach two replicas.
+    pub async fn call_within<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        rest: &str,
+        body: Option<&Value>,
+        attempt: Option<Duration>,
+    ) -> Result<T, OracleError> {
+        let value = self.send(method, rest, body, attempt).await?;
         serde_json::from_value(value).map_err(|e| OracleError::unexpected(format!("{rest}: {e}")))
     }
 
@@ -110,6 +125,16 @@ impl OracleClient {
         method: Method,
         rest: &str,
         body: Option<&Value>,
+    ) -> Result<Value, OracleError> {
+        self.send(method, rest, body, None).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        rest: &str,
+        body: Option<&Value>,
+        attempt: Option<Duration>,
     ) -> Result<Value, OracleError> {
         let urls = &self.inner.urls;
         let start = self.inner.preferred.load(Ordering::Relaxed);
@@ -122,6 +147,9 @@ impl OracleClient {
                 segment(&self.inner.cluster)
             );
             let mut request = self.inner.http.request(method.clone(), url);
+            if let Some(attempt) = attempt.filter(|&a| a < self.inner.timeout) {
+                request = request.timeout(attempt);
+            }
             if let Some(body) = body {
                 request = request.json(body);
             }

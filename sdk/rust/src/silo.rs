@@ -146,6 +146,9 @@ struct State {
     /// sent for the next generation until it has.
     dead: Option<String>,
     last_acknowledged_send: Option<Instant>,
+    /// The lease the last acknowledgement granted: a heartbeat waits at most a third of it for a
+    /// replica before it tries the next (see [`Inner::beat`]).
+    granted: Option<Duration>,
     /// Stopping or left: never rejoins, and runs no grain once left.
     stopping: bool,
     left: bool,
@@ -182,6 +185,7 @@ impl Silo {
                     quiet_until: None,
                     dead: None,
                     last_acknowledged_send: None,
+                    granted: None,
                     stopping: false,
                     left: false,
                 }),
@@ -417,8 +421,13 @@ impl Inner {
         body
     }
 
+    /// One heartbeat. Its attempt on one replica is given up for the next after a third of the
+    /// last lease granted (or the client's timeout, if shorter): a replica that accepts the
+    /// connection but does not answer — frozen, its VM paused — must not hold the heartbeat
+    /// until the silo's silence reaches the TTL, where the replicas that do run would find it
+    /// dead. Two replicas are tried within two thirds of the lease.
     async fn beat(&self) -> Result<bool, OracleError> {
-        let (id, generation, status) = {
+        let (id, generation, status, attempt) = {
             let state = self.lock();
             if let Some(dead) = &state.dead {
                 return Err(OracleError {
@@ -431,7 +440,12 @@ impl Inner {
             if state.left {
                 return Err(OracleError::unexpected("the silo left"));
             }
-            (state.id(&self.address), state.generation, state.status)
+            (
+                state.id(&self.address),
+                state.generation,
+                state.status,
+                state.granted.map(|lease| lease / 3),
+            )
         };
         let body = self.body(&id, status);
         // The lease counts from the send (the first, when a replica that does not answer is
@@ -440,7 +454,7 @@ impl Inner {
         self.stats.heartbeats_sent.fetch_add(1, Ordering::Relaxed);
         let answer = self
             .client
-            .call::<HeartbeatAnswer>(Method::POST, "/heartbeats", Some(&body))
+            .call_within::<HeartbeatAnswer>(Method::POST, "/heartbeats", Some(&body), attempt)
             .await;
         match answer {
             Ok(answer) => {
@@ -481,6 +495,7 @@ impl Inner {
             Some(state.last_acknowledged_send.map_or(sent, |p| p.max(sent)));
         state.backoff.reset();
         state.quiet_until = None;
+        state.granted = Some(lease);
         if status == Status::Joining && state.status == Status::Joining {
             state.status = Status::Active;
         }
@@ -504,6 +519,7 @@ impl Inner {
             state.status = Status::Joining;
             state.lease = Lease::default();
             state.last_acknowledged_send = None;
+            state.granted = None;
             state.quiet_until = None;
             // A silo that was stopping does not come back.
             state.left = state.stopping;

@@ -199,6 +199,48 @@ async fn grains_pause_when_the_lease_runs_out_and_resume_when_a_heartbeat_is_ack
     silo.close();
 }
 
+/// A replica that takes connections but never answers — frozen, its VM paused — holds a
+/// heartbeat for a third of the lease at most before the next replica is tried: a silo whose
+/// lease (900 ms) is shorter than the client's timeout (2 s) keeps it and never pauses.
+#[tokio::test]
+async fn a_replica_that_never_answers_holds_a_heartbeat_a_third_of_the_lease_at_most() {
+    let refusing = Arc::new(AtomicBool::new(false));
+    let refuses = refusing.clone();
+    let first = FakeOracle::start(move |_| {
+        if refuses.load(Ordering::Relaxed) {
+            Reply::problem(503, "store-unavailable")
+        } else {
+            Reply::ok(json!({ "lease_ms": 900 }))
+        }
+    })
+    .await;
+    // Its kernel accepts connections (the listen backlog) but nothing reads them.
+    let frozen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let frozen_url = format!("http://{}", frozen.local_addr().unwrap());
+    let last = FakeOracle::start(|_| Reply::ok(json!({ "lease_ms": 900 }))).await;
+    let events = Arc::new(Events::default());
+    let silo = silo(
+        client(&[first.url.clone(), frozen_url, last.url.clone()]),
+        events.clone(),
+        100,
+    );
+    silo.join(Duration::from_secs(2)).await.unwrap();
+    until("a lease from the first replica", || silo.may_run_grains()).await;
+
+    // The first replica now answers 503: each heartbeat goes on to the frozen one, then the last.
+    refusing.store(true, Ordering::Relaxed);
+    until("a heartbeat through the last replica", || {
+        last.count("/heartbeats") > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(silo.may_run_grains());
+    assert!(events.seen().is_empty(), "{:?}", events.seen());
+    assert_eq!(silo.stats().pauses.load(Ordering::Relaxed), 0);
+    silo.close();
+    drop(frozen);
+}
+
 #[tokio::test]
 async fn told_dead_a_silo_drops_its_grains_before_the_next_generation_joins() {
     let dead_generation = Arc::new(AtomicU64::new(0));

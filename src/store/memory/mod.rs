@@ -6,6 +6,9 @@
 //! Each aggregate's `impl` has a file, named as the trait's and the Postgres store's are; this one
 //! holds the state they share (a cluster's silos, directory, pools, lease, migrations and edges)
 //! and `impl Store`.
+//!
+//! It cannot be unreachable, but its process can stall ([`StallWatch`]): silence is then counted
+//! again from the end of the stall, as the Postgres store counts it from the end of an outage.
 
 mod background;
 mod directory;
@@ -22,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use super::stalls::{StallWatch, StallsTaken};
 use super::{
     Activation, Ending, Lease, LimitReached, Located, Migration, PendingEdge, Store, StoreError,
     StoreSettings, StoreStats,
@@ -44,6 +48,9 @@ struct ClusterState {
     /// Connection pools and their round-robin counters.
     pools: BTreeMap<String, (Pool, u64)>,
     silo_ttl_ms: Millis,
+    /// Since when this process has watched the cluster's silos: the end of its last stall, or
+    /// `Millis::MIN` (always).
+    watched_since: Millis,
     policy: Policy,
     policy_version: i64,
     silos: BTreeMap<String, SiloRecord>,
@@ -71,9 +78,13 @@ struct ClusterState {
 }
 
 impl ClusterState {
-    /// The judge at `now` (the embedded store cannot be unreachable: it has always reached itself).
+    /// The judge at `now`: the embedded store cannot be unreachable, so it has watched since its
+    /// process last stalled.
     fn liveness(&self, now: Millis) -> Liveness {
-        Liveness::at(now, self.silo_ttl_ms)
+        Liveness {
+            reachable_since: self.watched_since,
+            ..Liveness::at(now, self.silo_ttl_ms)
+        }
     }
 
     fn live(&self, silo: &str, now: Millis) -> bool {
@@ -145,6 +156,9 @@ pub struct MemoryStore {
     settings: StoreSettings,
     clock: Arc<dyn Clock>,
     clusters: Mutex<HashMap<ClusterName, ClusterState>>,
+    /// Whether the process has been running, and the stalls the clusters have taken in.
+    stalls: Arc<StallWatch>,
+    stalls_taken: Mutex<StallsTaken>,
     last_epoch: Mutex<i64>,
     /// Cluster keys by id ([`keys`]): apart from the clusters, as a key may name a cluster
     /// that does not exist yet.
@@ -162,12 +176,15 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store on `clock` (the process's clock: one process, one clock).
-    pub fn new(settings: StoreSettings, clock: Arc<dyn Clock>) -> Self {
+    /// An empty store on `clock` (the process's clock: one process, one clock), told of the
+    /// process's stalls by `stalls` ([`StallWatch::process`] in production).
+    pub fn new(settings: StoreSettings, clock: Arc<dyn Clock>, stalls: Arc<StallWatch>) -> Self {
         Self {
             settings,
             clock,
             clusters: Mutex::default(),
+            stalls,
+            stalls_taken: Mutex::default(),
             last_epoch: Mutex::new(0),
             keys: Mutex::default(),
             replicas: Mutex::default(),
@@ -180,12 +197,27 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Every call's way to the clusters: a stall of the process not yet taken in restarts every
+    /// cluster's watch first, so no call judges silence across it.
     fn clusters(&self) -> std::sync::MutexGuard<'_, HashMap<ClusterName, ClusterState>> {
         // A panic while holding the lock cannot leave a half-applied change behind (every change is
         // computed before it is written), so a poisoned lock is safe to keep using.
-        self.clusters
+        let mut clusters = self
+            .clusters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stalled = self
+            .stalls_taken
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .news(&self.stalls);
+        if stalled {
+            let now = self.clock.now_ms();
+            for state in clusters.values_mut() {
+                state.watched_since = now;
+            }
+        }
+        clusters
     }
 
     /// The cluster's state, created unless that would exceed the cluster limit.
@@ -204,6 +236,7 @@ impl MemoryStore {
             std::collections::hash_map::Entry::Vacant(entry) => Ok(entry.insert(ClusterState {
                 pools: BTreeMap::new(),
                 silo_ttl_ms: self.settings.default_silo_ttl_ms,
+                watched_since: Millis::MIN,
                 policy: Policy::default(),
                 policy_version: 0,
                 silos: BTreeMap::new(),

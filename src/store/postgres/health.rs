@@ -19,11 +19,14 @@
 //! outage: it would otherwise stop a busy replica from ever judging anyone dead.
 //!
 //! The durations are this replica's own (a monotonic clock in production), which is why it is per
-//! replica: a replica that could not reach the store does not judge silence it could not see.
+//! replica: a replica that could not reach the store does not judge silence it could not see. Nor
+//! does one whose process did not run ([`StallWatch`]): a stall counts here as an outage that began
+//! and ended, without opening the circuit (the database was never the problem).
 
 use std::sync::{Arc, Mutex};
 
 use crate::clock::{Clock, Millis};
+use crate::store::stalls::{StallWatch, StallsTaken};
 use crate::store::{Reach, StoreError};
 use crate::telemetry::metric;
 
@@ -31,7 +34,7 @@ use crate::telemetry::metric;
 /// back; the others fail at once.
 pub const PROBE_INTERVAL_MS: Millis = 100;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 struct State {
     /// Closed while the store answers; when open, the last probe went through at `probed`.
     open_since_probe: Option<Millis>,
@@ -49,11 +52,17 @@ struct State {
     /// The last call lost during the outage found the database answering but read-only (a standby
     /// not yet promoted, a primary set read-only): the calls the open circuit refuses say so.
     read_only: bool,
+    /// The stalls of this replica's process already counted, and when the last was (this
+    /// replica's clock).
+    stalls: StallsTaken,
+    last_stall: Option<Millis>,
 }
 
 /// The circuit and the reachability record of one store client.
 pub struct StoreHealth {
     clock: Arc<dyn Clock>,
+    /// Whether this replica's process has been running.
+    stalls: Arc<StallWatch>,
     /// When it was made: an outage before any answer counts from here.
     created: Millis,
     state: Mutex<State>,
@@ -82,11 +91,13 @@ pub enum Verdict {
 
 impl StoreHealth {
     /// A replica that just started has reached the store for no time at all: it judges no silence
-    /// until it has watched a whole TTL go by itself.
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
+    /// until it has watched a whole TTL go by itself. `stalls` tells it when its process did not
+    /// run ([`StallWatch::process`] in production).
+    pub fn new(clock: Arc<dyn Clock>, stalls: Arc<StallWatch>) -> Self {
         let created = clock.now_ms();
         Self {
             clock,
+            stalls,
             created,
             state: Mutex::new(State {
                 open_since_probe: None,
@@ -95,6 +106,8 @@ impl StoreHealth {
                 outage: None,
                 outages_seen: 0,
                 read_only: false,
+                stalls: StallsTaken::default(),
+                last_stall: None,
             }),
         }
     }
@@ -127,10 +140,12 @@ impl StoreHealth {
     }
 
     /// How long this replica has reached the store without a break, on its own clock: 0 while it
-    /// cannot, and until its first answer.
+    /// cannot, and until its first answer; counted again from the end of a stall of its process.
     pub fn reachable_for(&self) -> Millis {
         let now = self.clock.now_ms();
-        self.state()
+        let mut state = self.state();
+        self.take_stalls(&mut state, now);
+        state
             .reachable_since
             .map_or(0, |since| (now - since).max(0))
     }
@@ -140,13 +155,32 @@ impl StoreHealth {
     /// an outage that began and ended while it waited for a connection would otherwise not be
     /// counted in its judgement.
     pub fn outages_seen(&self) -> u64 {
-        self.state().outages_seen
+        let now = self.clock.now_ms();
+        let mut state = self.state();
+        self.take_stalls(&mut state, now);
+        state.outages_seen
+    }
+
+    /// A stall of this replica's process not yet counted is counted as an outage that began when
+    /// the process stopped running and ended now: reachability restarts, and judgements made across
+    /// it roll back. The circuit stays as it is.
+    fn take_stalls(&self, state: &mut State, now: Millis) {
+        if !state.stalls.news(&self.stalls) {
+            return;
+        }
+        state.outages_seen += 1;
+        state.last_stall = Some(now);
+        if state.reachable_since.is_some() {
+            state.reachable_since = Some(now);
+        }
     }
 
     /// Settles a call that started at `started` (this replica's clock) and came to `outcome`,
     /// with what that says about the store (`reach`, usually [`StoreError::reach`]): records it,
     /// and turns a call that got no answer in time into [`StoreError::Overloaded`] when other
-    /// calls were answered meanwhile (into an outage when none was).
+    /// calls were answered meanwhile, or when this replica's process stalled meanwhile (its
+    /// deadline ran out while it did not run, which says nothing of the store), and into an
+    /// outage otherwise.
     pub fn settle<T>(
         &self,
         started: Millis,
@@ -160,7 +194,10 @@ impl StoreHealth {
             Reach::Unknown => return (outcome, Verdict::NoNews),
             Reach::Unreachable => true,
             Reach::NoAnswer => {
-                if state.last_answer.is_some_and(|answer| answer > started) {
+                self.take_stalls(&mut state, now);
+                let answered = state.last_answer.is_some_and(|answer| answer > started);
+                let stalled = state.last_stall.is_some_and(|stall| stall >= started);
+                if answered || stalled {
                     return (Err(StoreError::Overloaded), Verdict::NoNews);
                 }
                 true
@@ -216,6 +253,7 @@ impl StoreHealth {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::store::stalls::STALL_MS;
 
     fn io_error() -> StoreError {
         StoreError::from(sqlx::Error::Io(std::io::Error::new(
@@ -228,8 +266,12 @@ mod tests {
         StoreError::from(sqlx::Error::PoolTimedOut)
     }
 
+    /// Health on `clock`, on a process that never stalls (its watch's clock stands still).
     fn health_at(clock: &ManualClock) -> StoreHealth {
-        StoreHealth::new(Arc::new(clock.clone()))
+        StoreHealth::new(
+            Arc::new(clock.clone()),
+            StallWatch::on(Arc::new(ManualClock::starting_at(0))),
+        )
     }
 
     /// Settles a call that began `took` ms before now; what it said about the store.
@@ -276,6 +318,98 @@ mod tests {
         call(&health, &clock, 1, Ok(()));
         clock.advance_ms(50);
         assert_eq!(health.reachable_for(), 50);
+    }
+
+    #[test]
+    fn a_stall_of_the_process_restarts_reachability_and_rolls_judgements_back_but_keeps_the_circuit(
+    ) {
+        let clock = ManualClock::starting_at(0);
+        let process = ManualClock::starting_at(0);
+        let health = StoreHealth::new(
+            Arc::new(clock.clone()),
+            StallWatch::on(Arc::new(process.clone())),
+        );
+        call(&health, &clock, 1, Ok(()));
+        // The process's own clock stands for looks often enough to see no stall (in production,
+        // the ticking thread's every 100 ms).
+        clock.advance_ms(20_000);
+        process.advance_ms(STALL_MS);
+        let judging = health.outages_seen();
+        assert_eq!(health.reachable_for(), 20_000, "no stall");
+
+        // Frozen for 15 s: the store's clock and the process's move on together, and the first
+        // look after it — here a judge's — finds the gap.
+        clock.advance_ms(15_000);
+        process.advance_ms(15_000);
+        assert_eq!(
+            health.reachable_for(),
+            0,
+            "silence counts from the end of the stall"
+        );
+        assert_eq!(
+            health.outages_seen(),
+            judging + 1,
+            "a judgement made across it rolls back"
+        );
+        health
+            .admit()
+            .expect("the circuit stays closed: the database was never the problem");
+        clock.advance_ms(300);
+        process.advance_ms(300);
+        assert_eq!(health.reachable_for(), 300);
+        assert_eq!(health.outages_seen(), judging + 1, "counted once");
+    }
+
+    #[test]
+    fn a_call_whose_deadline_ran_out_while_the_process_stalled_is_no_outage() {
+        let clock = ManualClock::starting_at(0);
+        let process = ManualClock::starting_at(0);
+        let health = StoreHealth::new(
+            Arc::new(clock.clone()),
+            StallWatch::on(Arc::new(process.clone())),
+        );
+        call(&health, &clock, 1, Ok(()));
+        // A statement is sent; the process freezes for 9 s; when it runs again its 3 s deadline
+        // has passed, though the database may well have answered long ago.
+        let started = clock.now_ms();
+        clock.advance_ms(9_000);
+        process.advance_ms(9_000);
+        let (outcome, verdict) =
+            health.settle(started, Reach::NoAnswer, Err::<(), _>(pool_timed_out()));
+        assert_eq!(verdict, Verdict::NoNews);
+        assert!(matches!(outcome, Err(StoreError::Overloaded)));
+        health.admit().expect("the circuit stays closed");
+        // A later call that gets no answer with no stall and no other answer is an outage again.
+        clock.advance_ms(500);
+        process.advance_ms(500);
+        let started = clock.now_ms();
+        clock.advance_ms(3_000);
+        let (_, verdict) = health.settle(started, Reach::NoAnswer, Err::<(), _>(pool_timed_out()));
+        assert_eq!(verdict, Verdict::OutageBegan);
+    }
+
+    #[test]
+    fn a_stall_during_an_outage_leaves_the_replica_unreachable() {
+        let clock = ManualClock::starting_at(0);
+        let process = ManualClock::starting_at(0);
+        let health = StoreHealth::new(
+            Arc::new(clock.clone()),
+            StallWatch::on(Arc::new(process.clone())),
+        );
+        call(&health, &clock, 1, Ok(()));
+        call(&health, &clock, 1, Err(io_error()));
+        process.advance_ms(5_000);
+        clock.advance_ms(5_000);
+        assert_eq!(health.reachable_for(), 0);
+        clock.advance_ms(PROBE_INTERVAL_MS);
+        health.admit().expect("a probe");
+        call(&health, &clock, 1, Ok(()));
+        clock.advance_ms(40);
+        assert_eq!(
+            health.reachable_for(),
+            40,
+            "counted from the answer after both"
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@ use sqlx::{PgPool, Row};
 use self::health::{StoreHealth, Verdict};
 use self::statements::Db;
 pub use self::statements::Pooling;
+use super::stalls::StallWatch;
 use super::{
     LimitReached, PoolStats, Reach, Store, StoreError, StoreSettings, StoreStats, StoreTime,
 };
@@ -183,25 +184,28 @@ impl PostgresStore {
             settings,
             StoreTime::Database,
             Arc::new(MonotonicClock::default()),
+            StallWatch::process(),
         );
         store.connections = connections;
         Ok(store)
     }
 
     /// A store on `pool`, taking time from `time`; `local_clock` measures this replica's own
-    /// durations (how long the database has been reachable).
+    /// durations (how long the database has been reachable), and `stalls` says when its process
+    /// did not run.
     pub fn from_pool(
         pool: PgPool,
         pooling: Pooling,
         settings: StoreSettings,
         time: StoreTime,
         local_clock: Arc<dyn Clock>,
+        stalls: Arc<StallWatch>,
     ) -> Self {
         Self {
             db: Db::new(pool, pooling),
             settings,
             time,
-            health: StoreHealth::new(local_clock),
+            health: StoreHealth::new(local_clock, stalls),
             connections: Arc::default(),
             readiness: readiness::Readiness::default(),
             known_clusters: Mutex::default(),

@@ -5,6 +5,9 @@
 //! the conventional `http_requests_total` / `http_request_duration_seconds` names, labelled by route
 //! template, never by ids.
 
+pub mod process;
+
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -18,10 +21,13 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`).
+/// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`). Text is coloured
+/// only on a terminal: escape codes in a file or a collector's pipe are noise.
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -105,6 +111,18 @@ pub mod metric {
     pub const DEATHS_DEFERRED: &str = "oracle_silo_deaths_deferred_total";
     pub const LEASES_LAPSED: &str = "oracle_silo_leases_lapsed_total";
     pub const HEARTBEAT_COPIES: &str = "oracle_heartbeat_copies_total";
+    pub const READY: &str = "oracle_ready";
+    pub const REQUESTS_IN_FLIGHT: &str = "oracle_requests_in_flight";
+    pub const DIRECTORY_CACHE_ENTRIES: &str = "oracle_directory_cache_entries";
+    pub const STORE_POOL_MAX: &str = "oracle_store_pool_max_connections";
+    pub const STORE_SERVER: &str = "oracle_store_server_info";
+    pub const STORE_TIMELINE: &str = "oracle_store_timeline";
+    pub const STORE_TIMELINE_REGRESSIONS: &str = "oracle_store_timeline_regressions_total";
+    pub const BACKGROUND_TICKS: &str = "oracle_background_ticks_total";
+    pub const TLS_RELOADS: &str = "oracle_tls_reloads_total";
+    pub const LIMITS_REACHED: &str = "oracle_limits_reached_total";
+    pub const REPLICA_STALLS: &str = "oracle_replica_stalls_total";
+    pub const REPLICA_STALL_DURATION: &str = "oracle_replica_stall_duration_seconds";
 
     /// Every metric above, and whether it is a histogram (exported as its `_bucket`, `_sum` and
     /// `_count` series): what a dashboard may query (`tests/api/dashboard.rs` holds the shipped
@@ -142,6 +160,18 @@ pub mod metric {
         (DEATHS_DEFERRED, false),
         (LEASES_LAPSED, false),
         (HEARTBEAT_COPIES, false),
+        (REPLICA_STALLS, false),
+        (REPLICA_STALL_DURATION, true),
+        (READY, false),
+        (REQUESTS_IN_FLIGHT, false),
+        (DIRECTORY_CACHE_ENTRIES, false),
+        (STORE_POOL_MAX, false),
+        (STORE_SERVER, false),
+        (STORE_TIMELINE, false),
+        (STORE_TIMELINE_REGRESSIONS, false),
+        (BACKGROUND_TICKS, false),
+        (TLS_RELOADS, false),
+        (LIMITS_REACHED, false),
         (BUILD_INFO, false),
         (STORE_POOL, false),
         (STORE_POOL_WAITERS, false),
@@ -151,11 +181,86 @@ pub mod metric {
         (OPEN_MIGRATIONS, false),
     ];
 
+    /// Why a credential was refused (`oracle_auth_denied_total{reason}`).
+    pub const AUTH_DENIED_REASONS: [&str; 3] = ["missing", "invalid", "forbidden"];
+    /// The rate limits' kinds (`oracle_rate_limited_total{kind}`; `rate_limit::Kind` holds them).
+    pub const RATE_LIMITED_KINDS: [&str; 3] = ["heartbeats", "placements", "edges"];
+    /// The limits a write can reach (`oracle_limits_reached_total{limit}`).
+    pub const LIMITS: [&str; 3] = ["clusters", "silos", "keys"];
+    /// Every operation whose failure `oracle_store_errors_total{operation}` counts
+    /// (`tests/api/ops.rs` holds the call sites to it).
+    pub const STORE_OPERATIONS: [&str; 28] = [
+        "activation_counts",
+        "activations_on",
+        "append_edges",
+        "clusters",
+        "complete_migration",
+        "deactivate",
+        "drain_silo",
+        "due",
+        "fail_migration",
+        "forget_expired",
+        "lookup",
+        "lookup_or_register",
+        "membership",
+        "next_round_robin",
+        "open_migration_counts",
+        "pending_migrations",
+        "pool",
+        "put_policy",
+        "put_pool",
+        "reap",
+        "record_heartbeat",
+        "register",
+        "release_dead",
+        "remove_silo",
+        "silo",
+        "silo_counts",
+        "silos",
+        "stats",
+    ];
+
     pub(super) fn describe() {
         describe_requests();
         describe_movers();
         describe_store();
         gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        export_at_zero();
+    }
+
+    /// Every series of an event that may not have happened yet, at zero: a restarted replica's
+    /// counters are there from its first scrape, so an alert's `rate()` or `increase()` sees the
+    /// first event rather than a series appearing (which it cannot tell from a gap), and a
+    /// dashboard shows 0, not "no data".
+    fn export_at_zero() {
+        gauge!(STORE_CIRCUIT_OPEN).set(0.0);
+        for name in [
+            REQUESTS_SHED,
+            STORE_OUTAGES,
+            SILOS_DECLARED_DEAD,
+            DEATHS_DEFERRED,
+            LEASES_LAPSED,
+            REPLICA_STALLS,
+            STORE_TIMELINE_REGRESSIONS,
+            BACKGROUND_TICKS,
+        ] {
+            counter!(name).increment(0);
+        }
+        for reason in AUTH_DENIED_REASONS {
+            counter!(AUTH_DENIED, "reason" => reason).increment(0);
+        }
+        for kind in RATE_LIMITED_KINDS {
+            counter!(RATE_LIMITED, "kind" => kind).increment(0);
+        }
+        for limit in LIMITS {
+            counter!(LIMITS_REACHED, "limit" => limit).increment(0);
+        }
+        for outcome in ["reloaded", "failed"] {
+            counter!(TLS_RELOADS, "outcome" => outcome).increment(0);
+        }
+        for operation in STORE_OPERATIONS {
+            counter!(STORE_ERRORS, "operation" => operation).increment(0);
+        }
     }
 
     fn describe_requests() {
@@ -197,6 +302,26 @@ pub mod metric {
             "Grain directory entries, all clusters, as of the last gauge refresh (every 5 s)"
         );
         describe_counter!(CONNECTIONS, "Connection answers by rule");
+        describe_gauge!(
+            READY,
+            "1 when this replica's last readiness check (every /readyz, and every scrape of /metrics) found its store reachable and writable, else 0"
+        );
+        describe_gauge!(
+            REQUESTS_IN_FLIGHT,
+            "HTTP requests this replica is serving now"
+        );
+        describe_gauge!(
+            DIRECTORY_CACHE_ENTRIES,
+            "Answers in this replica's cache of recent directory answers, as of the last scrape"
+        );
+        describe_counter!(
+            LIMITS_REACHED,
+            "Writes refused because a limit was reached, by limit (clusters: ORACLE_MAX_CLUSTERS; silos: ORACLE_MAX_SILOS_PER_CLUSTER; keys: per cluster)"
+        );
+        describe_counter!(
+            TLS_RELOADS,
+            "Reloads of the TLS certificate and key after their files changed, by outcome (reloaded, failed: the old ones stay in use)"
+        );
         describe_counter!(
             AUTH_DENIED,
             "Requests refused for their credential, by reason (missing, invalid: 401; forbidden: 403)"
@@ -236,6 +361,10 @@ pub mod metric {
         describe_gauge!(
             CLUSTERS_OWNED,
             "Clusters whose background work falls to this replica among the live ones (rendezvous hashing)"
+        );
+        describe_counter!(
+            BACKGROUND_TICKS,
+            "Passes of this replica's background loop (two a second): if none advances on any replica, no silo is declared dead"
         );
         describe_gauge!(
             CLUSTERS_RUN,
@@ -283,7 +412,23 @@ pub mod metric {
         );
         describe_gauge!(
             STORE_POOL,
-            "This replica's Postgres connections by state (in_use, idle) and the pool's size (max), as of the last gauge refresh (every 5 s)"
+            "This replica's Postgres connections by state (in_use, idle), as of the last gauge refresh (every 5 s)"
+        );
+        describe_gauge!(
+            STORE_POOL_MAX,
+            "The most Postgres connections this replica's pool opens (ORACLE_DB_POOL_SIZE)"
+        );
+        describe_gauge!(
+            STORE_SERVER,
+            "Always 1; the label `server` is the host:port of the database server this replica's last new connection reached (one of DATABASE_URL's hosts)"
+        );
+        describe_gauge!(
+            STORE_TIMELINE,
+            "The WAL timeline of the primary this replica's last new connection reached: it grows by one at each promotion"
+        );
+        describe_counter!(
+            STORE_TIMELINE_REGRESSIONS,
+            "New connections that reached a server on a lower timeline than one this replica had written on: two primaries took writes (a split brain), and writes acknowledged on one may be lost"
         );
         describe_gauge!(
             STORE_POOL_WAITERS,
@@ -316,6 +461,15 @@ pub mod metric {
             STORE_OUTAGE_DURATION,
             Unit::Seconds,
             "How long each outage of the store lasted, from the last answer before it to the first after, as this replica saw it"
+        );
+        describe_counter!(
+            REPLICA_STALLS,
+            "Stalls of this replica's process longer than a second (frozen, paused, starved of CPU): it did not watch its silos meanwhile, so their silence is counted again from each stall's end"
+        );
+        describe_histogram!(
+            REPLICA_STALL_DURATION,
+            Unit::Seconds,
+            "How long each stall of this replica's process lasted"
         );
         describe_counter!(
             DEATHS_DEFERRED,
@@ -427,6 +581,67 @@ pub mod metric {
         gauge!(CLUSTERS_RUN).set(n as f64);
     }
 
+    /// One pass of the background loop, whatever it found.
+    pub fn background_tick() {
+        counter!(BACKGROUND_TICKS).increment(1);
+    }
+
+    /// The outcome of a readiness check.
+    pub fn ready(ready: bool) {
+        gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+    }
+
+    pub fn directory_cache_entries(n: usize) {
+        gauge!(DIRECTORY_CACHE_ENTRIES).set(n as f64);
+    }
+
+    /// A write refused by `limit` (one of [`LIMITS`]).
+    pub fn limit_reached(limit: &'static str) {
+        counter!(LIMITS_REACHED, "limit" => limit).increment(1);
+    }
+
+    /// A reload of the TLS files: `reloaded` or `failed`.
+    pub fn tls_reload(outcome: &'static str) {
+        counter!(TLS_RELOADS, "outcome" => outcome).increment(1);
+    }
+
+    /// What a new connection to the store found: the server it reached (the one of the URL's
+    /// hosts) and that server's timeline, and whether the timeline was lower than one written on.
+    pub fn store_server(server: &str, timeline: i64, regressed: bool) {
+        static LAST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+        let mut last = LAST
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.as_deref() != Some(server) {
+            if let Some(previous) = last.take() {
+                gauge!(STORE_SERVER, "server" => previous).set(0.0);
+            }
+            gauge!(STORE_SERVER, "server" => server.to_owned()).set(1.0);
+            *last = Some(server.to_owned());
+        }
+        gauge!(STORE_TIMELINE).set(timeline as f64);
+        if regressed {
+            counter!(STORE_TIMELINE_REGRESSIONS).increment(1);
+        }
+    }
+
+    /// An HTTP request being served: counted in `oracle_requests_in_flight` while it lives.
+    pub struct RequestInFlight(());
+
+    impl RequestInFlight {
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            gauge!(REQUESTS_IN_FLIGHT).increment(1.0);
+            Self(())
+        }
+    }
+
+    impl Drop for RequestInFlight {
+        fn drop(&mut self) {
+            gauge!(REQUESTS_IN_FLIGHT).decrement(1.0);
+        }
+    }
+
     pub fn store_error(operation: &'static str) {
         counter!(STORE_ERRORS, "operation" => operation).increment(1);
     }
@@ -445,6 +660,12 @@ pub mod metric {
 
     pub fn silo_deaths_deferred(n: u64) {
         counter!(DEATHS_DEFERRED).increment(n);
+    }
+
+    /// The process did not run for `gap_ms` (see `store::stalls`).
+    pub fn replica_stalled(gap_ms: i64) {
+        counter!(REPLICA_STALLS).increment(1);
+        metrics::histogram!(REPLICA_STALL_DURATION).record(gap_ms as f64 / 1_000.0);
     }
 
     pub fn silo_lease_lapsed() {
@@ -489,7 +710,7 @@ pub mod metric {
         if let Some(pool) = pool {
             gauge!(STORE_POOL, "state" => "in_use").set(f64::from(pool.in_use));
             gauge!(STORE_POOL, "state" => "idle").set(f64::from(pool.idle));
-            gauge!(STORE_POOL, "state" => "max").set(f64::from(pool.max));
+            gauge!(STORE_POOL_MAX).set(f64::from(pool.max));
         }
     }
 
@@ -533,7 +754,7 @@ mod tests {
     /// could not be checked against.
     #[test]
     fn every_declared_metric_is_listed_once_with_its_kind() {
-        let source = include_str!("telemetry.rs");
+        let source = include_str!("mod.rs");
         let declared: Vec<&str> = source
             .lines()
             .filter_map(|line| line.trim().strip_prefix("pub const "))
