@@ -18,6 +18,8 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use crate::telemetry::metric;
+
 /// Longest a client may take over its handshake.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// Finished handshakes waiting for the HTTP server to take them.
@@ -181,6 +183,8 @@ async fn reload_on_change(
     current: Arc<RwLock<Arc<ServerConfig>>>,
     sender: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
+    // The contents that failed to load last: counted once, however many checks find them again.
+    let mut failed: Option<(Vec<u8>, Vec<u8>)> = None;
     loop {
         tokio::select! {
             () = tokio::time::sleep(files.check_every) => {}
@@ -193,12 +197,15 @@ async fn reload_on_change(
         {
             continue;
         }
+        let contents = read.as_ref().ok().cloned();
         match read.and_then(|read| files.check(read)) {
             Ok(loaded) => {
                 *current
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = loaded.config.clone();
                 last = loaded;
+                failed = None;
+                metric::tls_reload("reloaded");
                 tracing::info!(
                     certificate = %files.certificate.display(),
                     "TLS certificate reloaded; new connections get it"
@@ -207,7 +214,11 @@ async fn reload_on_change(
             // Mid-rotation (one file written, not the other) or broken: keep serving the last
             // good one, and look again next time.
             Err(problem) => {
-                tracing::warn!(%problem, "TLS files changed but do not load; keeping the last good certificate")
+                if contents.is_none() || failed != contents {
+                    metric::tls_reload("failed");
+                    tracing::warn!(%problem, "TLS files changed but do not load; keeping the last good certificate");
+                }
+                failed = contents;
             }
         }
     }

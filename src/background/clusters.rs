@@ -46,6 +46,7 @@ pub async fn run_clusters(work: ClusterWork, shutdown: impl Future<Output = ()>)
             _ = &mut shutdown => return,
             _ = ticks.tick() => {}
         }
+        metric::background_tick();
         if tick % GAUGES_EVERY == 0 {
             crate::telemetry::metrics_handle().run_upkeep();
             if let Err(error) = work.members.refresh_gauges().await {

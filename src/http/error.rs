@@ -14,6 +14,7 @@ use crate::oracle::OracleError;
 use crate::placement::PlacementError;
 use crate::rate_limit::RateLimited;
 use crate::store::{LimitReached, StoreError};
+use crate::telemetry::metric;
 use crate::validation::{FieldError, Invalid};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -290,6 +291,11 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Limit(limit) => {
                 let detail = limit.to_string();
+                metric::limit_reached(match limit {
+                    LimitReached::Clusters { .. } => "clusters",
+                    LimitReached::Keys { .. } => "keys",
+                    LimitReached::Silos { .. } => "silos",
+                });
                 match limit {
                     LimitReached::Clusters { .. } => Self::new(
                         StatusCode::CONFLICT,

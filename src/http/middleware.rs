@@ -10,9 +10,11 @@ use axum::response::{IntoResponse, Response};
 use super::error::{ApiError, PROBLEM_JSON};
 use crate::telemetry::metric;
 
-/// Counts and times every request by method, route template and status. It runs inside routing, so
-/// requests for unknown routes (answered by the fallback) are not measured.
+/// Counts and times every request by method, route template and status, and counts it in flight
+/// while it is served. It runs inside routing, so requests for unknown routes (answered by the
+/// fallback) are not measured.
 pub async fn record_metrics(request: Request, next: Next) -> Response {
+    let _in_flight = metric::RequestInFlight::new();
     let started = Instant::now();
     let method = request.method().as_str().to_owned();
     let route = request

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::error::{ApiError, Problem};
-use crate::oracle::Readiness;
+use crate::oracle::{Directory, Readiness};
+use crate::telemetry::{metric, process};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -66,6 +67,10 @@ pub async fn readyz(State(readiness): State<Arc<Readiness>>) -> Result<Json<Heal
 }
 
 /// Prometheus metrics.
+///
+/// Each scrape first refreshes what is cheap to read now: readiness (`oracle_ready`, through the
+/// same check as `/readyz`, whose answer stands 250 ms), the directory cache's size, and the
+/// process's figures (`process_*`).
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -75,10 +80,19 @@ pub async fn readyz(State(readiness): State<Arc<Readiness>>) -> Result<Json<Heal
         (status = 405, description = "Only GET is served on this path", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn metrics(State(metrics): State<PrometheusHandle>) -> impl IntoResponse {
+pub async fn metrics(
+    State(metrics): State<PrometheusHandle>,
+    State(readiness): State<Arc<Readiness>>,
+    State(directory): State<Arc<Directory>>,
+) -> impl IntoResponse {
+    // Its outcome is recorded as `oracle_ready`; the scrape itself succeeds either way.
+    let _ = readiness.check().await;
+    metric::directory_cache_entries(directory.cached_answers());
+    let mut text = metrics.render();
+    text.push_str(&process::render());
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
+        text,
     )
 }

@@ -199,9 +199,12 @@ impl Readiness {
         self.store.kind()
     }
 
-    /// Succeeds when the store answers.
+    /// Succeeds when the store answers (and takes writes: see `Store::ping`); the outcome is
+    /// `oracle_ready`.
     pub async fn check(&self) -> Result<(), StoreError> {
-        self.store.ping().await
+        let checked = self.store.ping().await;
+        crate::telemetry::metric::ready(checked.is_ok());
+        checked
     }
 }
 

@@ -236,6 +236,15 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
 
+    #[test]
+    fn every_kind_is_exported_at_zero() {
+        let kinds: Vec<&str> = [Kind::Heartbeats, Kind::Placements, Kind::Edges]
+            .iter()
+            .map(|kind| kind.as_str())
+            .collect();
+        assert_eq!(kinds, metric::RATE_LIMITED_KINDS);
+    }
+
     fn cluster(name: &str) -> ClusterName {
         ClusterName::parse(name).unwrap()
     }

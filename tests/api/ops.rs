@@ -191,3 +191,93 @@ async fn a_request_past_the_timeout_gets_a_503_problem() {
         "answered at the timeout, not after the endpoint"
     );
 }
+
+/// What an on-call engineer reads first, present from a replica's first scrape: readiness, the
+/// requests in flight, the directory cache's size, the process's own figures, the pool's size
+/// apart from its states, and every event series at zero before its first event.
+#[tokio::test]
+async fn a_scrape_carries_readiness_the_process_and_every_event_series_from_the_start() {
+    use placement_oracle::telemetry::metric;
+    let app = TestApp::new(Backend::Postgres).await;
+    let reply = app.send(Method::GET, "/metrics", None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.body.as_str().unwrap().to_owned();
+    let value = |series: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert!(
+        matches!(value("oracle_ready"), Some(v) if v == 0.0 || v == 1.0),
+        "{text}"
+    );
+    assert!(
+        value("oracle_requests_in_flight").is_some_and(|n| n >= 1.0),
+        "the scrape itself"
+    );
+    assert!(value("oracle_directory_cache_entries").is_some(), "{text}");
+    for process in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(
+            value(process).is_some_and(|v| v > 0.0),
+            "{process} in {text}"
+        );
+    }
+    assert!(!text.contains(r#"state="max""#), "capacity is not a state");
+    for series in [
+        "oracle_store_circuit_open".to_owned(),
+        "oracle_requests_shed_total".to_owned(),
+        "oracle_store_outages_total".to_owned(),
+        "oracle_replica_stalls_total".to_owned(),
+        "oracle_store_timeline_regressions_total".to_owned(),
+    ]
+    .into_iter()
+    .chain(
+        metric::AUTH_DENIED_REASONS.map(|r| format!(r#"oracle_auth_denied_total{{reason="{r}"}}"#)),
+    )
+    .chain(
+        metric::RATE_LIMITED_KINDS.map(|k| format!(r#"oracle_rate_limited_total{{kind="{k}"}}"#)),
+    )
+    .chain(metric::LIMITS.map(|l| format!(r#"oracle_limits_reached_total{{limit="{l}"}}"#)))
+    .chain(
+        metric::STORE_OPERATIONS
+            .map(|o| format!(r#"oracle_store_errors_total{{operation="{o}"}}"#)),
+    ) {
+        assert!(value(&series).is_some(), "{series} missing from:\n{text}");
+    }
+}
+
+/// Every operation a call site counts failures of is one exported at zero: a new call site with a
+/// new name must be added to `metric::STORE_OPERATIONS`.
+#[test]
+fn every_store_operation_counted_is_exported_at_zero() {
+    use placement_oracle::telemetry::metric;
+    let mut named = std::collections::BTreeSet::new();
+    let mut files = vec![std::path::PathBuf::from("src")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // `store_error("name")`, and the name `once_per_grain` is given as its first string.
+        for marker in ["store_error(\"", "once_per_grain("] {
+            for (at, _) in text.match_indices(marker) {
+                let from = at + marker.len() - usize::from(marker.ends_with('"'));
+                if let Some(name) = text[from..].split('"').nth(1) {
+                    named.insert(name.to_owned());
+                }
+            }
+        }
+    }
+    assert!(named.len() > 20, "{named:?}");
+    let exported: std::collections::BTreeSet<String> = metric::STORE_OPERATIONS
+        .iter()
+        .map(|o| (*o).to_owned())
+        .collect();
+    assert_eq!(named, exported);
+}

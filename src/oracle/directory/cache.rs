@@ -213,7 +213,6 @@ impl DirectoryCache {
     }
 
     /// How many answers are kept now.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards
             .iter()

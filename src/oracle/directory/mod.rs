@@ -147,6 +147,11 @@ struct Webhooks {
 }
 
 impl Directory {
+    /// How many recent answers this replica keeps now (`oracle_directory_cache_entries`).
+    pub fn cached_answers(&self) -> usize {
+        self.cache.len()
+    }
+
     pub(super) fn new(
         store: Arc<dyn Store>,
         views: Arc<ClusterViews>,
