@@ -22,6 +22,20 @@ pub struct Health {
     /// `memory` or `postgres`.
     #[schema(example = "postgres")]
     pub store: &'static str,
+    /// On Postgres, the server the store's last new connection reached (`/readyz` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<Database>,
+}
+
+/// The database server a replica writes to.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Database {
+    /// `address:port` of the server itself: behind a proxy, the one it chose.
+    #[schema(example = "10.0.0.12:5432")]
+    pub server: String,
+    /// The server's WAL timeline, one more at each promotion (a failover or a switchover).
+    #[schema(example = 3)]
+    pub timeline: i64,
 }
 
 /// Liveness: the process is up and serving.
@@ -38,6 +52,7 @@ pub async fn healthz(State(readiness): State<Arc<Readiness>>) -> Json<Health> {
     Json(Health {
         status: "ok",
         store: readiness.store_kind(),
+        database: None,
     })
 }
 
@@ -46,8 +61,9 @@ pub async fn healthz(State(readiness): State<Arc<Readiness>>) -> Json<Health> {
 /// On Postgres this commits a one-row write (at most one every 250 ms however often it is asked;
 /// the answer stands that long): 503 `store-read-only` when the database refuses writes (a standby
 /// not yet promoted, a primary set read-only), `store-writes-stalled` when the write does not
-/// commit within 500 ms (commits waiting for a synchronous standby that is gone),
-/// `store-unavailable` when it cannot be reached.
+/// commit within 500 ms while a read is answered (commits waiting for a synchronous standby that
+/// is gone), `store-unavailable` when it cannot be reached (neither answers). Ready, it names the
+/// database server and its timeline.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -63,6 +79,10 @@ pub async fn readyz(State(readiness): State<Arc<Readiness>>) -> Result<Json<Heal
     Ok(Json(Health {
         status: "ready",
         store: readiness.store_kind(),
+        database: readiness.database_server().map(|db| Database {
+            server: db.server,
+            timeline: db.timeline,
+        }),
     }))
 }
 

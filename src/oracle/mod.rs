@@ -199,6 +199,11 @@ impl Readiness {
         self.store.kind()
     }
 
+    /// The database server the store reaches, as its last new connection found it.
+    pub fn database_server(&self) -> Option<crate::store::DatabaseServer> {
+        self.store.database_server()
+    }
+
     /// Succeeds when the store answers (and takes writes: see `Store::ping`); the outcome is
     /// `oracle_ready`.
     pub async fn check(&self) -> Result<(), StoreError> {

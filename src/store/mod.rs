@@ -157,6 +157,15 @@ pub struct PoolStats {
     pub max: u32,
 }
 
+/// The database server a store's connections reach, as its last new connection found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseServer {
+    /// `address:port` of the server itself (behind a proxy, the one the proxy chose).
+    pub server: String,
+    /// Its WAL timeline: one more at each promotion.
+    pub timeline: i64,
+}
+
 /// A whole store: every aggregate, plus what concerns the store itself.
 #[async_trait]
 pub trait Store:
@@ -190,6 +199,12 @@ pub trait Store:
     /// Succeeds when the store can serve requests: it is reached and (Postgres) commits a small
     /// write in time, so a read-only database or one whose commits hang is not ready.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The database server the last new connection reached (`None` for the embedded store, and
+    /// before a connection was checked).
+    fn database_server(&self) -> Option<DatabaseServer> {
+        None
+    }
 
     /// Counts for metrics.
     async fn stats(&self) -> Result<StoreStats, StoreError>;

@@ -24,7 +24,10 @@ pub enum LogFormat {
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`). Text is coloured
 /// only on a terminal: escape codes in a file or a collector's pipe are noise.
 pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // sqlx logs an error each time a new connection is refused at connect (the store's check of a
+    // standby, logged by the store itself once a while): not by default.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx_core::pool::inner=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stdout().is_terminal());

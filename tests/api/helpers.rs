@@ -148,6 +148,20 @@ impl TestDatabase {
         Arc::new(database)
     }
 
+    /// Makes every new session of the database read-only (`default_transaction_read_only`), as
+    /// a primary set read-only is, or takes that back.
+    pub async fn set_read_only(&self, read_only: bool) {
+        let mut admin = admin_connection(&self.server).await;
+        sqlx::query(&format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = {}",
+            self.name,
+            if read_only { "on" } else { "off" }
+        ))
+        .execute(&mut admin)
+        .await
+        .expect("set the database read-only");
+    }
+
     /// A migrated database for `backend`, none for the embedded store.
     pub async fn for_backend(backend: Backend) -> Option<Arc<Self>> {
         match backend {
@@ -339,7 +353,7 @@ async fn admin_connection(server: &str) -> PgConnection {
         .unwrap_or_else(|error| {
             panic!(
                 "\n\nThe Postgres tests need a server and none answered at {server} ({error}).\n\
-                 Start one (e.g. `pg_ctlcluster 15 main start`, or \
+                 Start one (`sudo scripts/prerequisites.sh` installs and starts it on Debian, or \
                  `docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16`),\n\
                  or point TEST_DATABASE_URL at a server whose user may create databases \
                  (e.g. postgres://postgres@127.0.0.1:5432).\n\n"

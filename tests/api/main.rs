@@ -39,6 +39,7 @@ mod dns;
 mod drains;
 mod faults;
 mod helpers;
+mod host_list;
 mod inputs;
 mod layout;
 mod leases;

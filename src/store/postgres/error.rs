@@ -58,6 +58,14 @@ impl From<sqlx::Error> for StoreError {
                 " (is DATABASE_URL a transaction-mode pooler? set ORACLE_DB_TRANSACTION_POOLING=true)",
             );
         }
+        if matches!(&error, sqlx::Error::Protocol(message) if message.contains("SSLRequest")) {
+            // What sqlx says when the address accepts a connection and closes it (or answers
+            // nothing Postgres would): a proxy with no server up behind it, most often.
+            detail = format!(
+                "the address accepted the connection but no Postgres server answered (a proxy \
+                 with no server up behind it?): {detail}"
+            );
+        }
         match &error {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)

@@ -34,6 +34,7 @@ mod migrations;
 mod policy;
 mod pools;
 mod readiness;
+pub mod servers;
 mod statements;
 
 use std::collections::HashSet;
@@ -46,11 +47,13 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
 use self::health::{StoreHealth, Verdict};
+use self::servers::Servers;
 use self::statements::Db;
 pub use self::statements::Pooling;
 use super::stalls::StallWatch;
 use super::{
-    LimitReached, PoolStats, Reach, Store, StoreError, StoreSettings, StoreStats, StoreTime,
+    DatabaseServer, LimitReached, PoolStats, Reach, Store, StoreError, StoreSettings, StoreStats,
+    StoreTime,
 };
 use crate::clock::{Clock, Millis, MonotonicClock};
 use crate::cluster::{ClusterName, Liveness, SiloStatus};
@@ -119,6 +122,8 @@ pub struct PostgresStore {
     clock_estimate: Mutex<clock_estimate::ClockEstimate>,
     /// The silo rows this replica's heartbeats wrote last.
     written_silos: membership::WrittenSilos,
+    /// DATABASE_URL's hosts, the one connected to, and what connections found there.
+    servers: Arc<Servers>,
 }
 
 impl PostgresStore {
@@ -136,13 +141,21 @@ impl PostgresStore {
         // sqlx would send `extra_float_digits` (text-format floats only; every query here is
         // binary) and `options`, so the session setting below is made once per new connection
         // instead, which also survives a pooler that drops startup options.
-        let mut options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
-        if pooling == Pooling::Transaction {
+        let options = |url: &str| {
+            let options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
             // Nothing cached on a connection whose next transaction may run elsewhere. (This alone
             // does not stop sqlx naming a statement: the executor's `Unnamed` does, and anything
             // that goes around the executor, like `pool()`, must not run statements there.)
-            options = options.statement_cache_capacity(0);
-        }
+            Ok(match pooling {
+                Pooling::Transaction => options.statement_cache_capacity(0),
+                Pooling::Session => options,
+            })
+        };
+        let hosts = servers::host_list(url).map_err(StoreError::Failed)?;
+        let servers = Arc::new(Servers::new(hosts, options)?);
+        // Several hosts: start on the first found to take writes (else the first, which fails).
+        servers.choose_at_start().await;
+        let admitting = servers.clone();
         let connections = Arc::new(ConnectionTrust::default());
         let trust = connections.clone();
         let pool = PgPoolOptions::new()
@@ -163,11 +176,16 @@ impl PostgresStore {
             // 2.4× the database CPU per directory lookup.
             // (Through a transaction-mode pooler the setting would stay on whichever session the
             // pooler chose, and unnamed statements are planned for their parameters anyway.)
+            // Before that, the session is checked (`Servers::admit`): a server in recovery, or on
+            // an older timeline than one written on, is refused, and sqlx connects again. Behind
+            // a transaction-mode pooler a connection is bound to no server, so nothing is checked.
             .after_connect(move |connection, _| {
+                let admitting = admitting.clone();
                 Box::pin(async move {
                     if pooling == Pooling::Transaction {
                         return Ok(());
                     }
+                    admitting.admit(connection).await?;
                     sqlx::Executor::execute(
                         &mut *connection,
                         "SET plan_cache_mode = force_generic_plan",
@@ -176,8 +194,9 @@ impl PostgresStore {
                     Ok(())
                 })
             })
-            .connect_with(options)
-            .await?;
+            .connect_with(servers.chosen())
+            .await
+            .map_err(|error| servers.explain(error))?;
         let mut store = Self::from_pool(
             pool,
             pooling,
@@ -187,6 +206,7 @@ impl PostgresStore {
             StallWatch::process(),
         );
         store.connections = connections;
+        store.servers = servers;
         Ok(store)
     }
 
@@ -201,7 +221,9 @@ impl PostgresStore {
         local_clock: Arc<dyn Clock>,
         stalls: Arc<StallWatch>,
     ) -> Self {
+        let servers = Arc::new(Servers::of_pool(&pool));
         Self {
+            servers,
             db: Db::new(pool, pooling),
             settings,
             time,
@@ -308,6 +330,12 @@ impl PostgresStore {
             Err(_) => (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer),
             Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
             Ok(Err(error)) => {
+                // A wait for a connection that timed out while connections were refused at
+                // connect (a standby, an older primary) is answered with why they were.
+                let error = match error {
+                    StoreError::TimedOut(_) => self.servers.refused_since(timer).unwrap_or(error),
+                    error => error,
+                };
                 let reach = error.reach();
                 (Err(error), reach)
             }
@@ -316,6 +344,9 @@ impl PostgresStore {
         let (outcome, verdict) = self.health.settle(started, reach, outcome);
         if verdict == Verdict::OutageBegan {
             self.connections.distrust_older();
+        }
+        if matches!(verdict, Verdict::OutageBegan | Verdict::StillDown) {
+            self.servers.search_in_background(self.db.pool());
         }
         outcome
     }
@@ -450,5 +481,12 @@ impl Store for PostgresStore {
 
     fn outages_seen(&self) -> u64 {
         self.health.outages_seen()
+    }
+
+    fn database_server(&self) -> Option<DatabaseServer> {
+        self.servers.admitted().map(|session| DatabaseServer {
+            server: session.server,
+            timeline: session.timeline,
+        })
     }
 }

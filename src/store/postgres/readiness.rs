@@ -4,6 +4,11 @@
 //! synchronous standby that is gone never acknowledges one. So the probe is a small write (one
 //! row per replica in `readiness_probes`) that must commit within [`WRITE_DEADLINE`].
 //!
+//! A write that does not commit in time may also mean the database cannot be reached at all (a
+//! frozen server, a network that drops packets): then reads get no answer either. So a stalled
+//! write is followed by a read with the same deadline, and only a read that answers makes the
+//! answer `store-writes-stalled`; otherwise the store is unreachable, which is what it is.
+//!
 //! `/readyz` may be asked by every kubelet and load balancer at once; one probe runs at a time and
 //! its answer stands for [`ANSWER_FOR`], so the database sees at most a few writes a second. A
 //! write that did not commit in time is left to finish on its own, and no other is started until
@@ -84,19 +89,14 @@ impl Readiness {
     }
 
     /// Writes this replica's row on a connection of `db`, waiting at most [`WRITE_DEADLINE`];
-    /// while an earlier write is still outstanding, answers at once that writes are stalled.
+    /// while an earlier write is still outstanding, starts none. A write that did not commit in
+    /// time is told apart by a read ([`stalled_or_unreachable`]).
     pub async fn write(&self, db: &Db) -> Result<(), StoreError> {
-        let stalled = || {
-            StoreError::WritesStalled(format!(
-                "a one-row write did not commit within {} ms",
-                WRITE_DEADLINE.as_millis()
-            ))
-        };
         let earlier = self.lock_outstanding().take();
         let mut write = match earlier {
             Some(earlier) if !earlier.is_finished() => {
                 *self.lock_outstanding() = Some(earlier);
-                return Err(stalled());
+                return Err(stalled_or_unreachable(db).await);
             }
             _ => tokio::spawn(write_row(db.clone(), self.replica.clone())),
         };
@@ -105,7 +105,7 @@ impl Readiness {
             Ok(Err(join)) => Err(StoreError::Failed(format!("the readiness write: {join}"))),
             Err(_) => {
                 *self.lock_outstanding() = Some(write);
-                Err(stalled())
+                Err(stalled_or_unreachable(db).await)
             }
         }
     }
@@ -116,6 +116,22 @@ impl Readiness {
         self.outstanding
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Why a write did not commit in time: writes are stalled if a read is answered within
+/// [`WRITE_DEADLINE`], and the store cannot be reached if not.
+async fn stalled_or_unreachable(db: &Db) -> StoreError {
+    let deadline = WRITE_DEADLINE.as_millis();
+    let read = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(db);
+    match tokio::time::timeout(WRITE_DEADLINE, read).await {
+        Ok(Ok(_)) => StoreError::WritesStalled(format!(
+            "a one-row write did not commit within {deadline} ms, though a read was answered"
+        )),
+        Ok(Err(error)) => StoreError::from(error),
+        Err(_) => StoreError::Unreachable(format!(
+            "neither a one-row write nor a read was answered within {deadline} ms"
+        )),
     }
 }
 
