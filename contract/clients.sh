@@ -41,7 +41,8 @@ step "Python: venv $VENV with contract/python/requirements.txt"
 if [[ ! -x $VENV/bin/python ]]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check -r contract/python/requirements.txt
+# Registries are reached outside the loopback guard (scripts/loopback-guard.sh), and only here.
+scripts/unguarded.sh "$VENV/bin/pip" install --quiet --disable-pip-version-check -r contract/python/requirements.txt
 
 step "Python: generate the client from $SPEC (openapi-python-client defaults)"
 "$VENV/bin/openapi-python-client" generate --path "$SPEC" --output-path "$BUILD/python-client" --overwrite
@@ -57,7 +58,7 @@ step "Python: walk-through"
 
 # ---------------------------------------------------------------- TypeScript
 step "TypeScript: npm ci (contract/typescript/package-lock.json)"
-(cd contract/typescript && npm ci --no-audit --no-fund --loglevel=error)
+(cd contract/typescript && ../../scripts/unguarded.sh npm ci --no-audit --no-fund --loglevel=error)
 
 step "TypeScript: generate types from $SPEC (openapi-typescript defaults)"
 (cd contract/typescript && npx --no-install openapi-typescript ../../$SPEC -o build/oracle.d.ts)

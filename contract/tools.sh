@@ -118,7 +118,7 @@ echo "$ready"
 
 # ---------------------------------------------------------------- 3
 step "The live page in headless Chromium ($CHROMIUM)"
-(cd contract/ui && npm ci --no-audit --no-fund --loglevel=error)
+(cd contract/ui && ../../scripts/unguarded.sh npm ci --no-audit --no-fund --loglevel=error)
 node contract/ui/live-page.mjs "$BASE_URL" "$CLUSTER" "$BUILD/live-cluster.png"
 if [[ ${UPDATE_SCREENSHOT:-} == 1 ]]; then
   mkdir -p docs/ui && cp "$BUILD/live-cluster.png" docs/ui/live-cluster.png

@@ -179,7 +179,8 @@ fn binaries() -> PathBuf {
     })
 }
 
-fn running_as_root() -> bool {
+/// Whether this process runs as root (and Postgres must run as another user).
+pub fn running_as_root() -> bool {
     let out = Command::new("id").arg("-u").output().expect("run id -u");
     String::from_utf8_lossy(&out.stdout).trim() == "0"
 }

@@ -13,7 +13,9 @@
 //!   cargo test -p placement-oracle-rio --test side_by_side -- --nocapture --test-threads 1
 //! ```
 //! It needs the Postgres server binaries (`initdb`, `pg_ctl`; see tests/runtime) and
-//! `ORACLE_BINARY` (it fails without them, it never skips).
+//! `ORACLE_BINARY` (it fails without them, it never skips). Each test runs in a network namespace
+//! of its own ([`support::netns`]): rio-rs names its servers by the machine's first non-loopback
+//! address, and the test's traffic must stay on loopback.
 
 #[path = "../examples/counter/app.rs"]
 mod app;
@@ -21,6 +23,7 @@ mod support;
 
 use std::sync::Arc;
 
+use support::netns;
 use support::postgres_server::OwnPostgres;
 use support::run::{run, Fault, Report};
 use support::servers::Backend;
@@ -65,6 +68,9 @@ fn assert_exact(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server() {
+    if !netns::inside() {
+        return netns::run_inside("a_killed_server");
+    }
     let (_, oracle) = side_by_side(Fault::Kill).await;
     assert_exact(&oracle);
     let (_, held) = oracle
@@ -75,6 +81,9 @@ async fn a_killed_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_cut_off_from_its_membership_store() {
+    if !netns::inside() {
+        return netns::run_inside("a_server_cut_off_from_its_membership_store");
+    }
     let (_, oracle) = side_by_side(Fault::CutOff).await;
     assert_exact(&oracle);
     let [pauses, deaths, _] = oracle.gates;
@@ -87,6 +96,9 @@ async fn a_server_cut_off_from_its_membership_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_server() {
+    if !netns::inside() {
+        return netns::run_inside("a_drained_server");
+    }
     let (_, oracle) = side_by_side(Fault::Drain).await;
     assert_exact(&oracle);
     assert_eq!(
@@ -99,6 +111,9 @@ async fn a_drained_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stopped_longer_than_the_membership_timeout() {
+    if !netns::inside() {
+        return netns::run_inside("postgres_stopped_longer_than_the_membership_timeout");
+    }
     let (_, oracle) = side_by_side(Fault::PostgresStopped).await;
     assert_exact(&oracle);
     assert_eq!(

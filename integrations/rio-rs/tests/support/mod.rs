@@ -2,6 +2,7 @@
 //! a Postgres server of the test's own (stopped for a fault), oracle processes, the TCP link a
 //! test can cut, and the referee that counts two servers running one object at once.
 
+pub mod netns;
 pub mod run;
 pub mod servers;
 pub mod workload;
