@@ -23,10 +23,13 @@ WORKDIR /app
 ENV SQLX_OFFLINE=true \
     CARGO_TERM_COLOR=never
 
-# 1. Dependency layer: build all dependencies against a dummy main so this
-#    layer is reused as long as Cargo.toml / Cargo.lock (the benches and the
-#    SDK) do not change. Cargo loads every target the manifest declares, so the
-#    [[bench]] files must be here already (tests/api/packaging.rs checks it).
+# 1. Dependency layer: build all dependencies against a dummy main. Cargo loads
+#    every target the manifest declares and every workspace member, so the
+#    [[bench]] files and the members' whole folders must be here already
+#    (tests/api/packaging.rs checks it); the layer is therefore reused only as
+#    long as Cargo.toml, Cargo.lock, benches/, sdk/rust/ and
+#    integrations/rio-rs/ do not change: a change to the Rust SDK or the rio-rs
+#    integration rebuilds the dependencies too.
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
 # The workspace's other members (the Rust SDK, the rio-rs integration): cargo loads every

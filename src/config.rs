@@ -308,6 +308,10 @@ pub struct Config {
     )]
     pub key_hash_secret: Option<Secret>,
 
+    /// A file holding ORACLE_KEY_HASH_SECRET (a mounted secret); surrounding white space is ignored.
+    #[arg(long, env = "ORACLE_KEY_HASH_SECRET_FILE", global = true)]
+    pub key_hash_secret_file: Option<PathBuf>,
+
     /// How long this replica trusts a cluster key it looked up (ms) before reading it again: a key
     /// revoked through another replica stops working here this much later. 0 reads every time.
     #[arg(
@@ -484,6 +488,15 @@ impl Config {
             self.admin_token.is_none() || self.admin_token_file.is_none(),
             "set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both",
         );
+        check(
+            self.key_hash_secret.is_none() || self.key_hash_secret_file.is_none(),
+            "set ORACLE_KEY_HASH_SECRET or ORACLE_KEY_HASH_SECRET_FILE, not both",
+        );
+        check(
+            self.key_hash_secret_file.is_none() || !self.open_mode(),
+            "ORACLE_KEY_HASH_SECRET_FILE is set but no admin token is: without one there are no \
+             keys to hash (set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, or unset it)",
+        );
         if let Some(secret) = &self.key_hash_secret {
             check(
                 secret.is_strong(),
@@ -584,22 +597,16 @@ impl Config {
         if self.admin_token.is_some() && self.admin_token_file.is_some() {
             return Err("set ORACLE_ADMIN_TOKEN or ORACLE_ADMIN_TOKEN_FILE, not both".to_owned());
         }
+        if self.key_hash_secret.is_some() && self.key_hash_secret_file.is_some() {
+            return Err(
+                "set ORACLE_KEY_HASH_SECRET or ORACLE_KEY_HASH_SECRET_FILE, not both".to_owned(),
+            );
+        }
         if let Some(path) = self.admin_token_file.take() {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                format!(
-                    "cannot read ORACLE_ADMIN_TOKEN_FILE {}: {e}",
-                    path.display()
-                )
-            })?;
-            let token = Secret::new(text.trim());
-            if !token.is_strong() {
-                return Err(format!(
-                    "ORACLE_ADMIN_TOKEN_FILE {}: the token must be 24 to 512 printable characters \
-                     without white space (e.g. `openssl rand -hex 32`)",
-                    path.display()
-                ));
-            }
-            self.admin_token = Some(token);
+            self.admin_token = Some(read_secret_file(&path, "ORACLE_ADMIN_TOKEN_FILE")?);
+        }
+        if let Some(path) = self.key_hash_secret_file.take() {
+            self.key_hash_secret = Some(read_secret_file(&path, "ORACLE_KEY_HASH_SECRET_FILE")?);
         }
         Ok(())
     }
@@ -692,6 +699,21 @@ impl Config {
     }
 }
 
+/// A secret from a mounted file (`setting` names it in errors), without surrounding white space.
+fn read_secret_file(path: &std::path::Path, setting: &str) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {setting} {}: {e}", path.display()))?;
+    let secret = Secret::new(text.trim());
+    if !secret.is_strong() {
+        return Err(format!(
+            "{setting} {}: it must hold 24 to 512 printable characters without white space (e.g. \
+             `openssl rand -hex 32`)",
+            path.display()
+        ));
+    }
+    Ok(secret)
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
@@ -723,6 +745,7 @@ impl fmt::Debug for Config {
             .field("admin_token", &self.admin_token)
             .field("admin_token_file", &self.admin_token_file)
             .field("key_hash_secret", &self.key_hash_secret)
+            .field("key_hash_secret_file", &self.key_hash_secret_file)
             .field("key_cache_ttl_ms", &self.key_cache_ttl_ms)
             .field("insecure_open", &self.insecure_open)
             .field("webhook_allowed_hosts", &self.webhook_allowed_hosts)
@@ -836,6 +859,33 @@ mod tests {
             .load_secrets()
             .unwrap_err()
             .contains("ORACLE_ADMIN_TOKEN_FILE"));
+    }
+
+    #[test]
+    fn the_key_hash_secret_can_come_from_a_file_and_needs_an_admin_token_there_too() {
+        let path = std::env::temp_dir().join(format!("oracle-hash-{}", std::process::id()));
+        std::fs::write(&path, " fedcba9876543210fedcba9876543210\n").unwrap();
+        let mut config = Config::defaults();
+        config.admin_token = None;
+        config.admin_token_file = None;
+        config.key_hash_secret_file = Some(path.clone());
+        assert!(config.validate().unwrap_err()[0].contains("no admin token"));
+        config.admin_token = Some(Secret::new("0123456789abcdef0123456789abcdef"));
+        assert_eq!(config.validate(), Ok(()));
+        config.load_secrets().unwrap();
+        assert_eq!(
+            config.key_hash_secret.as_ref().map(Secret::expose),
+            Some("fedcba9876543210fedcba9876543210")
+        );
+        config.key_hash_secret_file = Some(path.clone());
+        assert!(config.load_secrets().unwrap_err().contains("not both"));
+        config.key_hash_secret = None;
+        std::fs::write(&path, "short").unwrap();
+        assert!(config
+            .load_secrets()
+            .unwrap_err()
+            .contains("ORACLE_KEY_HASH_SECRET_FILE"));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

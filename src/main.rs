@@ -17,11 +17,12 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Serve);
     if command == Command::Openapi {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(placement_oracle::http::openapi())?
-        );
-        return Ok(());
+        let spec = serde_json::to_string_pretty(placement_oracle::http::openapi())? + "\n";
+        // A reader that stops early (`| head`) closes the pipe: that is no error of ours.
+        return match std::io::Write::write_all(&mut std::io::stdout(), spec.as_bytes()) {
+            Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+            _ => Ok(()),
+        };
     }
 
     let mut config = cli.config;

@@ -232,3 +232,32 @@ async fn the_specs_examples_work_when_tried_in_order() {
         );
     }
 }
+
+/// `placement-oracle openapi | head`: a reader that stops early closes the pipe, and the command
+/// ends quietly (it used to panic on the closed pipe).
+#[test]
+fn printing_the_spec_into_a_pipe_closed_early_ends_quietly() {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_placement-oracle"))
+        .arg("openapi")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the binary");
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe is closed here, with most of the spec unread.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(&first[..1], b"{");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
