@@ -65,6 +65,7 @@ class OracleClient:
         self.cluster = cluster
         headers = {"authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+        self._timeout = timeout
         self._preferred = 0
 
     def close(self) -> None:
@@ -80,10 +81,14 @@ class OracleClient:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        attempt_timeout: float | None = None,
     ) -> Answer:
         """Sends to the preferred replica, then each other one while they fail; raises
         `OracleError` for a problem or when none answers. `headers` go with this request only
-        (e.g. `If-Match` on `PUT …/policy`)."""
+        (e.g. `If-Match` on `PUT …/policy`). `attempt_timeout` (seconds), when shorter than the
+        client's timeout, is the longest one replica is waited for: for calls that may safely
+        reach two replicas (heartbeats)."""
+        timeout = self._timeout if attempt_timeout is None else min(attempt_timeout, self._timeout)
         failure: OracleError | None = None
         for turn in range(len(self.urls)):
             index = (self._preferred + turn) % len(self.urls)
@@ -94,6 +99,7 @@ class OracleClient:
                     json=body,
                     params=params,
                     headers=headers,
+                    timeout=timeout,
                 )
             except httpx.HTTPError as error:
                 log.debug("oracle %s unreachable: %s", self.urls[index], error)

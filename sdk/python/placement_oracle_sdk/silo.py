@@ -77,6 +77,9 @@ class Silo:
         self.clock = clock
         self.backoff = backoff or Backoff()
         self.lease = Lease()
+        # The lease the last acknowledgement granted (seconds): a heartbeat waits at most a third
+        # of it for one replica before it tries the next (see `beat`).
+        self._granted: float | None = None
         self.status = "joining"
         self.deaths = 0
         self._quiet_until = 0.0
@@ -153,8 +156,12 @@ class Silo:
         sent_at = self.clock()
         body: dict[str, Any] = {**self.fixed, **self._load(), "silo": f"{self.address}@{generation}"}
         body["status"] = status
+        # A replica that takes the connection but does not answer (frozen, its VM paused) must not
+        # hold the heartbeat until the silo's silence reaches the TTL, where the replicas that run
+        # would find it dead: a third of the lease each, so two are tried within it.
+        attempt = self._granted / 3 if self._granted is not None else None
         try:
-            answer = self.client.call("POST", "/heartbeats", body)
+            answer = self.client.call("POST", "/heartbeats", body, attempt_timeout=attempt)
         except OracleError as error:
             if error.problem == "silo-declared-dead":
                 self._declared_dead(generation)
@@ -167,6 +174,7 @@ class Silo:
             if self.generation != generation or self._dropping or self._left:
                 return False  # an answer to an incarnation that is gone grants the next one nothing
             granted = self.lease.grant(sent_at, lease_ms, self.clock())
+            self._granted = lease_ms / 1000
         self._running = self._running or granted
         if granted:
             self._wake.set()
@@ -206,6 +214,7 @@ class Silo:
                 return
             old = self.silo_id
             self.lease = Lease()
+            self._granted = None
             self.deaths += 1
             stopping = self._stopping
             if stopping:

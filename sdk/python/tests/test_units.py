@@ -361,6 +361,22 @@ class SiloTest(unittest.TestCase):
         self.assertTrue(silo.may_run_grains())
         self.assertEqual(beats[-1]["status"], "joining")
 
+    def test_a_heartbeat_waits_a_third_of_the_last_lease_for_one_replica(self) -> None:
+        # What httpx is told to wait for each attempt: a replica that never answers (frozen, its
+        # VM paused) holds a heartbeat no longer, so the next is tried within the lease.
+        waited: list[float] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            waited.append(request.extensions["timeout"]["read"])
+            return httpx.Response(200, json={"lease_ms": 900})
+
+        client = OracleClient("http://a", "demo", timeout=2.0, transport=httpx.MockTransport(handler))
+        silo = Silo(client, "10.0.0.1:1", generation=1)
+        silo.beat()
+        silo.beat()
+        self.assertEqual(waited[0], 2.0, "no lease yet: the client's timeout")
+        self.assertAlmostEqual(waited[1], 0.3)
+
     def test_without_an_acknowledgement_the_lease_runs_out(self) -> None:
         now = [0.0]
         answers = [httpx.Response(200, json={"lease_ms": 9000}), problem(503, "store-unavailable", "1")]

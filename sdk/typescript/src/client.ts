@@ -37,6 +37,11 @@ export interface CallOptions {
   params?: Params;
   /** Sent with this request only (e.g. `if-match` on `PUT …/policy`). */
   headers?: Record<string, string>;
+  /**
+   * The longest one replica is waited for, when shorter than the client's `timeoutMs`: for calls
+   * that may safely reach two replicas (heartbeats).
+   */
+  attemptTimeoutMs?: number | undefined;
 }
 
 export class OracleClient {
@@ -82,6 +87,7 @@ export class OracleClient {
       init.body = JSON.stringify(options.body);
       headers["content-type"] = "application/json";
     }
+    const waitMs = Math.min(options.attemptTimeoutMs ?? this.timeoutMs, this.timeoutMs);
     let failure: OracleError | undefined;
     for (let turn = 0; turn < this.urls.length; turn++) {
       const index = (this.preferred + turn) % this.urls.length;
@@ -89,7 +95,7 @@ export class OracleClient {
       let response: Response;
       let text: string;
       try {
-        response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(this.timeoutMs) });
+        response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(waitMs) });
         if (UNAVAILABLE.has(response.status) && turn + 1 < this.urls.length) {
           failure = await problemOf(response);
           this.logger.debug(`oracle ${this.urls[index]} answered ${response.status} (${failure.problem})`);

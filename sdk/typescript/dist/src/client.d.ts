@@ -30,6 +30,11 @@ export interface CallOptions {
     params?: Params;
     /** Sent with this request only (e.g. `if-match` on `PUT …/policy`). */
     headers?: Record<string, string>;
+    /**
+     * The longest one replica is waited for, when shorter than the client's `timeoutMs`: for calls
+     * that may safely reach two replicas (heartbeats).
+     */
+    attemptTimeoutMs?: number | undefined;
 }
 export declare class OracleClient {
     readonly urls: readonly string[];

@@ -49,6 +49,7 @@ export class OracleClient {
             init.body = JSON.stringify(options.body);
             headers["content-type"] = "application/json";
         }
+        const waitMs = Math.min(options.attemptTimeoutMs ?? this.timeoutMs, this.timeoutMs);
         let failure;
         for (let turn = 0; turn < this.urls.length; turn++) {
             const index = (this.preferred + turn) % this.urls.length;
@@ -56,7 +57,7 @@ export class OracleClient {
             let response;
             let text;
             try {
-                response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(this.timeoutMs) });
+                response = await this.fetch(url, { ...init, signal: AbortSignal.timeout(waitMs) });
                 if (UNAVAILABLE.has(response.status) && turn + 1 < this.urls.length) {
                     failure = await problemOf(response);
                     this.logger.debug(`oracle ${this.urls[index]} answered ${response.status} (${failure.problem})`);

@@ -76,6 +76,11 @@ export declare class Silo {
     /** What the next heartbeat reports. */
     status: ReportedStatus;
     lease: Lease;
+    /**
+     * The lease the last acknowledgement granted (ms): a heartbeat waits at most a third of it for
+     * one replica before it tries the next (see `heartbeat`).
+     */
+    private grantedMs;
     /** How many times the oracle declared this silo dead. */
     deaths: number;
     readonly intervalMs: number;

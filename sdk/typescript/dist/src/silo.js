@@ -32,6 +32,11 @@ export class Silo {
     /** What the next heartbeat reports. */
     status = "joining";
     lease = new Lease();
+    /**
+     * The lease the last acknowledgement granted (ms): a heartbeat waits at most a third of it for
+     * one replica before it tries the next (see `heartbeat`).
+     */
+    grantedMs;
     /** How many times the oracle declared this silo dead. */
     deaths = 0;
     intervalMs;
@@ -142,9 +147,13 @@ export class Silo {
         const silo = this.siloId;
         const status = this.status;
         const body = { ...this.fixed, ...(await this.readLoad()), silo, status };
+        // A replica that takes the connection but does not answer (frozen, its VM paused) must not
+        // hold the heartbeat until the silo's silence reaches the TTL, where the replicas that run
+        // would find it dead: a third of the lease each, so two are tried within it.
+        const attemptTimeoutMs = this.grantedMs === undefined ? undefined : Math.ceil(this.grantedMs / 3);
         let answer;
         try {
-            answer = await this.client.call("POST", "/heartbeats", { body });
+            answer = await this.client.call("POST", "/heartbeats", { body, attemptTimeoutMs });
         }
         catch (error) {
             if (error instanceof OracleError) {
@@ -162,6 +171,7 @@ export class Silo {
         const leaseMs = leaseOf(answer.body);
         if (generation !== this.generation || this.left)
             return false;
+        this.grantedMs = leaseMs;
         this.backoff.reset();
         const now = this.clock();
         const lapsed = !this.lease.holds(now);
@@ -209,6 +219,7 @@ export class Silo {
             return; // leaving already: `onLeave` stops the grains
         const old = this.siloId;
         this.lease = new Lease();
+        this.grantedMs = undefined;
         this.deaths += 1;
         this.running = false;
         this.paused = false;

@@ -7,6 +7,10 @@ export interface Sent {
   url: URL;
   headers: Record<string, string>;
   body: unknown;
+  /** The request's abort signal (its timeout). */
+  signal?: AbortSignal | undefined;
+  /** When it was sent (`performance.now()`). */
+  at: number;
 }
 
 export type Handler = (request: Sent) => Response | Promise<Response>;
@@ -20,6 +24,8 @@ export function fakeFetch(handler: Handler): Fetch & { sent: Sent[] } {
       url: new URL(url),
       headers: { ...(init.headers as Record<string, string>) },
       body: typeof init.body === "string" ? JSON.parse(init.body) : undefined,
+      signal: init.signal ?? undefined,
+      at: performance.now(),
     };
     sent.push(request);
     return handler(request);

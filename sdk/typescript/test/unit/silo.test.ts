@@ -125,6 +125,38 @@ describe("Silo", () => {
     assert.equal(deaths, 1);
   });
 
+  test("a replica that never answers holds a heartbeat a third of the last lease at most", async () => {
+    // The first replica acknowledges, then answers 503; the second takes the connection and never
+    // answers (frozen, its VM paused); the third acknowledges. The lease is 900 ms and the client
+    // waits 2 s: the third must be asked about 300 ms after the second, not 2 s.
+    let refusing = false;
+    const fetch = fakeFetch((request) => {
+      if (request.url.hostname === "a") return refusing ? problem(503, "store-unavailable") : json({ lease_ms: 900 });
+      if (request.url.hostname === "c") return json({ lease_ms: 900 });
+      return new Promise<Response>((_, reject) => {
+        request.signal?.addEventListener("abort", () => reject(request.signal?.reason));
+      });
+    });
+    const client = new OracleClient(["http://a", "http://frozen", "http://c"], "demo", {
+      fetch,
+      logger: silentLogger,
+      timeoutMs: 2_000,
+    });
+    const silo = new Silo(client, "10.0.0.1:1", { generation: 1 });
+    // AbortSignal.timeout's timer does not hold the event loop open; a real socket would.
+    const keepAlive = setInterval(() => {}, 1_000);
+    await silo.beat();
+    refusing = true;
+    await silo.beat();
+    clearInterval(keepAlive);
+    const frozen = fetch.sent.find((r) => r.url.hostname === "frozen");
+    const third = fetch.sent.find((r) => r.url.hostname === "c");
+    assert.ok(frozen && third);
+    const waited = third.at - frozen.at;
+    assert.ok(waited < 1_000, `waited ${waited} ms for the frozen replica`);
+    assert.equal(silo.mayRunGrains(), true);
+  });
+
   test("without an acknowledgement the lease runs out; Retry-After holds back the next heartbeat", async () => {
     const time = manualClock(0);
     const answers = [json({ lease_ms: 9_000 }), problem(503, "store-unavailable", "1")];
