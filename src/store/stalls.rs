@@ -16,7 +16,7 @@
 //!
 //! **What a stall does.** The stores treat it as an outage of their store that began and ended
 //! there: silence is counted again from the end of the stall (each silo gets a whole TTL), and a
-//! judgement under way across it is rolled back (`outages_seen`). Its bound: a stall of
+//! judgement under way across it is rolled back (`watch_restarts`). Its bound: a stall of
 //! [`STALL_MS`] or less is not seen, so a silo's silence as judged may include up to that much of
 //! the replica's own stall — a tenth of the default 10 s TTL, which a silo beating once a second
 //! never comes near. A stall seen where there was none (a ticking thread starved for over a

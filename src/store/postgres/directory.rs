@@ -30,11 +30,11 @@ fn grain_order<T>(items: &[T], grain: impl Fn(&T) -> &GrainId) -> Vec<usize> {
 
 /// What one registration judges liveness by, read once before its statements so that all of
 /// them judge at the same instant: the store's time (`None`: the database's clock), how long this
-/// replica had reached the store, and how many outages it had seen (a death is only committed if
-/// no outage began while it was judged).
+/// replica had reached the store, and how many times its count of silence had restarted (a death
+/// is only committed if it did not restart while it was judged: an outage, a stall, a slow call).
 struct Judgement {
     now: Option<Millis>,
-    outages: u64,
+    restarts: u64,
     reachable_for: Millis,
 }
 
@@ -274,7 +274,7 @@ impl PostgresStore {
         let order = grain_order(entries, |e| &e.grain);
         let judged = Judgement {
             now: self.now(),
-            outages: self.health.outages_seen(),
+            restarts: self.health.watch_restarts(),
             reachable_for: self.health.reachable_for(),
         };
         self.release_replaced(cluster, entries, &order, &judged)
@@ -369,13 +369,13 @@ impl PostgresStore {
         .fetch_all(&mut tx)
         .await?;
         retire(&mut tx, cluster.as_str(), dead.iter().map(String::as_str)).await?;
-        if self.health.outages_seen() == judged.outages {
+        if self.health.watch_restarts() == judged.restarts {
             tx.commit().await?;
             let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
             crate::store::declared_dead_on_the_way(cluster.as_str(), &dead, "placement");
         } else {
-            // An outage began while this judged: nothing is replaced; the insert finds the old
-            // entries and the placement decides again.
+            // The count of silence restarted while this judged: nothing is replaced; the insert
+            // finds the old entries and the placement decides again.
             tx.rollback().await?;
         }
         Ok(())

@@ -15,8 +15,11 @@
 //! (57P01), a server starting up or shutting down, a server that can no longer write — and calls
 //! that got no answer in time (a wait for a pooled connection, a statement past its deadline)
 //! while no other call got one either: no connection could be made, or the network swallowed
-//! them. Such a wait while other calls are being answered is overload or a slow statement, not an
-//! outage: it would otherwise stop a busy replica from ever judging anyone dead.
+//! them. Such a wait while other calls are being answered is overload, a slow statement, or
+//! commits waiting for a synchronous standby that is gone — not an outage (the circuit stays
+//! closed, reads go on). But what that call sent, perhaps a heartbeat, may not be stored, so
+//! silence counts again from then: a replica that cannot get its writes answered in time does
+//! not judge silence either (a heartbeat that could not be stored is not a silo's silence).
 //!
 //! The durations are this replica's own (a monotonic clock in production), which is why it is per
 //! replica: a replica that could not reach the store does not judge silence it could not see. Nor
@@ -34,6 +37,12 @@ use crate::telemetry::metric;
 /// back; the others fail at once.
 pub const PROBE_INTERVAL_MS: Millis = 100;
 
+/// A call slower than this restarts the count of silence, as one that got no answer does: a
+/// heartbeat stamped at the start of a statement acknowledged this much later leaves its silo
+/// looking silent for that long (commits that waited for a synchronous standby after a failover
+/// made silos of a 3 s TTL look dead). The bound of a process's own stall, for the same reason.
+pub const SLOW_CALL_MS: Millis = crate::store::stalls::STALL_MS;
+
 #[derive(Debug)]
 struct State {
     /// Closed while the store answers; when open, the last probe went through at `probed`.
@@ -49,6 +58,9 @@ struct State {
     outage: Option<(Millis, Millis)>,
     /// How many outages began (see [`StoreHealth::outages_seen`]).
     outages_seen: u64,
+    /// How many times silence began to be counted again: every outage, stall and slow call (see
+    /// [`StoreHealth::watch_restarts`]).
+    watch_restarts: u64,
     /// The last call lost during the outage found the database answering but read-only (a standby
     /// not yet promoted, a primary set read-only): the calls the open circuit refuses say so.
     read_only: bool,
@@ -105,6 +117,7 @@ impl StoreHealth {
                 reachable_since: None,
                 outage: None,
                 outages_seen: 0,
+                watch_restarts: 0,
                 read_only: false,
                 stalls: StallsTaken::default(),
                 last_stall: None,
@@ -150,15 +163,33 @@ impl StoreHealth {
             .map_or(0, |since| (now - since).max(0))
     }
 
-    /// How many outages this replica has seen begin. A statement that judges (and kills) with
-    /// [`Self::reachable_for`] read before it checks that this did not change before it commits:
-    /// an outage that began and ended while it waited for a connection would otherwise not be
-    /// counted in its judgement.
+    /// How many outages (and stalls) this replica has seen begin: what may have lost a write, so
+    /// that caches of the store's answers are dropped when it moves.
     pub fn outages_seen(&self) -> u64 {
         let now = self.clock.now_ms();
         let mut state = self.state();
         self.take_stalls(&mut state, now);
         state.outages_seen
+    }
+
+    /// How many times the count of silence restarted: at every outage, stall and slow call. A
+    /// statement that judges (and kills) with [`Self::reachable_for`] read before it checks that
+    /// this did not change before it commits: a restart while it waited (for a connection, for a
+    /// commit) would otherwise not be counted in its judgement.
+    pub fn watch_restarts(&self) -> u64 {
+        let now = self.clock.now_ms();
+        let mut state = self.state();
+        self.take_stalls(&mut state, now);
+        state.watch_restarts
+    }
+
+    /// Silence counts again from `now` (while the store is reached; during an outage it already
+    /// counts from the outage's end), and judgements under way roll back.
+    fn restart_watch(state: &mut State, now: Millis) {
+        state.watch_restarts += 1;
+        if state.reachable_since.is_some() {
+            state.reachable_since = Some(now);
+        }
     }
 
     /// A stall of this replica's process not yet counted is counted as an outage that began when
@@ -170,17 +201,16 @@ impl StoreHealth {
         }
         state.outages_seen += 1;
         state.last_stall = Some(now);
-        if state.reachable_since.is_some() {
-            state.reachable_since = Some(now);
-        }
+        Self::restart_watch(state, now);
     }
 
     /// Settles a call that started at `started` (this replica's clock) and came to `outcome`,
     /// with what that says about the store (`reach`, usually [`StoreError::reach`]): records it,
     /// and turns a call that got no answer in time into [`StoreError::Overloaded`] when other
-    /// calls were answered meanwhile, or when this replica's process stalled meanwhile (its
+    /// calls were answered meanwhile or when this replica's process stalled meanwhile (its
     /// deadline ran out while it did not run, which says nothing of the store), and into an
-    /// outage otherwise.
+    /// outage otherwise. A call that got no answer, or one slower than [`SLOW_CALL_MS`], restarts
+    /// the count of silence: what it sent, perhaps a heartbeat, was not stored in time.
     pub fn settle<T>(
         &self,
         started: Millis,
@@ -189,6 +219,9 @@ impl StoreHealth {
     ) -> (Result<T, StoreError>, Verdict) {
         let now = self.clock.now_ms();
         let mut state = self.state();
+        if now - started > SLOW_CALL_MS && reach != Reach::Unknown {
+            Self::restart_watch(&mut state, now);
+        }
         let lost = match reach {
             Reach::Answered => false,
             Reach::Unknown => return (outcome, Verdict::NoNews),
@@ -198,6 +231,11 @@ impl StoreHealth {
                 let answered = state.last_answer.is_some_and(|answer| answer > started);
                 let stalled = state.last_stall.is_some_and(|stall| stall >= started);
                 if answered || stalled {
+                    // Others were answered, but this call was not: if it was a heartbeat, its
+                    // silo's silence is not the silo's. Commits waiting for a synchronous standby
+                    // that is gone look like this (reads answered, writes not): silence counts
+                    // again from now, without an outage (the circuit stays closed).
+                    Self::restart_watch(&mut state, now);
                     return (Err(StoreError::Overloaded), Verdict::NoNews);
                 }
                 true
@@ -235,6 +273,7 @@ impl StoreHealth {
         let since = state.last_answer.unwrap_or(self.created);
         state.outage = Some((since, now));
         state.outages_seen += 1;
+        state.watch_restarts += 1;
         if let Err(error) = &outcome {
             tracing::error!(
                 %error,
@@ -334,7 +373,7 @@ mod tests {
         // the ticking thread's every 100 ms).
         clock.advance_ms(20_000);
         process.advance_ms(STALL_MS);
-        let judging = health.outages_seen();
+        let judging = health.watch_restarts();
         assert_eq!(health.reachable_for(), 20_000, "no stall");
 
         // Frozen for 15 s: the store's clock and the process's move on together, and the first
@@ -347,7 +386,7 @@ mod tests {
             "silence counts from the end of the stall"
         );
         assert_eq!(
-            health.outages_seen(),
+            health.watch_restarts(),
             judging + 1,
             "a judgement made across it rolls back"
         );
@@ -357,7 +396,31 @@ mod tests {
         clock.advance_ms(300);
         process.advance_ms(300);
         assert_eq!(health.reachable_for(), 300);
-        assert_eq!(health.outages_seen(), judging + 1, "counted once");
+        assert_eq!(health.watch_restarts(), judging + 1, "counted once");
+    }
+
+    #[test]
+    fn a_slow_answer_restarts_the_count_of_silence_and_voids_judgements_under_way() {
+        let clock = ManualClock::starting_at(0);
+        let health = health_at(&clock);
+        call(&health, &clock, 1, Ok(()));
+        clock.advance_ms(10_000);
+        let judging = health.watch_restarts();
+        // Answered in time: nothing changes.
+        call(&health, &clock, SLOW_CALL_MS, Ok(()));
+        assert_eq!(health.reachable_for(), 10_000);
+        assert_eq!(health.watch_restarts(), judging);
+        // A commit that waited 2.8 s (a synchronous standby reattaching after a failover): the
+        // heartbeat it stored was stamped 2.8 s before its silo heard back.
+        call(&health, &clock, 2_800, Ok(()));
+        assert_eq!(health.reachable_for(), 0, "silence counts again from now");
+        assert_eq!(
+            health.watch_restarts(),
+            judging + 1,
+            "a judgement under way rolls back"
+        );
+        assert_eq!(health.outages_seen(), 0, "no outage: caches stay");
+        health.admit().expect("the circuit stays closed");
     }
 
     #[test]
@@ -497,7 +560,8 @@ mod tests {
     }
 
     #[test]
-    fn a_call_without_an_answer_in_time_while_others_are_answered_is_overload() {
+    fn a_call_without_an_answer_in_time_while_others_are_answered_is_overload_and_restarts_the_watch(
+    ) {
         let clock = ManualClock::starting_at(0);
         let health = health_at(&clock);
         call(&health, &clock, 1, Ok(()));
@@ -513,8 +577,18 @@ mod tests {
         );
         assert_eq!(verdict, Verdict::NoNews);
         assert!(matches!(outcome, Err(StoreError::Overloaded)));
-        assert_eq!(health.reachable_for(), 10_300, "no break in reachability");
+        assert_eq!(
+            health.reachable_for(),
+            0,
+            "what it sent (a heartbeat?) may not be stored: silence counts again from now"
+        );
         health.admit().expect("the circuit stays closed");
+        clock.advance_ms(200);
+        assert_eq!(
+            health.reachable_for(),
+            200,
+            "no outage: reachable from then on"
+        );
     }
 
     #[test]

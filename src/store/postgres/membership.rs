@@ -211,7 +211,7 @@ impl PostgresStore {
         cluster: &ClusterName,
         only: Option<&SiloId>,
     ) -> Result<Reaping, PgError> {
-        let outages = self.health.outages_seen();
+        let restarts = self.health.watch_restarts();
         let reachable_for = self.health.reachable_for();
         let mut tx = self.db.begin().await?;
         let rows = sqlx::query(
@@ -271,8 +271,9 @@ impl PostgresStore {
             reaping.dead.iter().map(|r| r.silo.as_str()),
         )
         .await?;
-        if self.health.outages_seen() != outages {
-            // An outage began while this judged: its count of reachable time was too long.
+        if self.health.watch_restarts() != restarts {
+            // The count of silence restarted while this judged (an outage, a stall, a slow call):
+            // its count of watched time was too long.
             tx.rollback().await?;
             return Ok(Reaping::default());
         }

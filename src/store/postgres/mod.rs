@@ -67,10 +67,12 @@ const STATEMENT_DEADLINE: Duration = Duration::from_secs(3);
 /// (counting ten million rows every five seconds would cost more than the gauge is worth).
 const EXACT_COUNT_UP_TO: i64 = 100_000;
 
-/// Which pooled connections may be handed out: none made before the last outage began. A server
-/// that stopped or crashed ended every session it had; each such connection would fail one call
-/// when the server is back (reopening the circuit, and restarting the count of reachable time),
-/// so they are dropped unused instead.
+/// Which pooled connections may be handed out or given back: none made before the last outage
+/// began, or before the last call that got no answer in time. A server that stopped or crashed
+/// ended every session it had; each such connection would fail one call when the server is back
+/// (reopening the circuit, and restarting the count of reachable time), so they are dropped unused
+/// instead. And one to a server that stopped answering (frozen, cut off) would hang sqlx's ping
+/// when given back.
 #[derive(Debug, Default)]
 pub struct ConnectionTrust {
     outage_began: Mutex<Option<std::time::Instant>>,
@@ -157,7 +159,7 @@ impl PostgresStore {
         servers.choose_at_start().await;
         let admitting = servers.clone();
         let connections = Arc::new(ConnectionTrust::default());
-        let trust = connections.clone();
+        let (trust, released) = (connections.clone(), connections.clone());
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(acquire_timeout)
@@ -168,6 +170,15 @@ impl PostgresStore {
             .test_before_acquire(false)
             .before_acquire(move |_, connection| {
                 let trusted = trust.trusts(connection.age);
+                Box::pin(async move { Ok(trusted) })
+            })
+            // sqlx pings every connection given back, with no deadline: one to a frozen server
+            // (a paused VM) would hang until it thaws, holding its place in the pool, until no
+            // connection to anywhere else could be opened. Connections no longer trusted are
+            // closed instead (a close waits for nothing), and a call that got no answer in time
+            // distrusts the connections older than it before it gives its own back.
+            .after_release(move |_, connection| {
+                let trusted = released.trusts(connection.age);
                 Box::pin(async move { Ok(trusted) })
             })
             // Every query here is a short indexed statement whose best plan does not depend on
@@ -326,8 +337,14 @@ impl PostgresStore {
         self.health.admit()?;
         let started = self.health.now();
         let timer = std::time::Instant::now();
-        let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, call).await {
-            Err(_) => (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer),
+        let mut call = std::pin::pin!(call);
+        let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, &mut call).await {
+            Err(_) => {
+                // Before the call (and its connection) is dropped: its connection, and every
+                // one opened before it, may lead to a server that no longer answers.
+                self.connections.distrust_older();
+                (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer)
+            }
             Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
             Ok(Err(error)) => {
                 // A wait for a connection that timed out while connections were refused at
