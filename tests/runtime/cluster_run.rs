@@ -50,6 +50,13 @@ impl Run {
     /// Starts the replicas (two by default) on `database_url`, the hosts (waiting until each
     /// runs), and the callers.
     pub async fn start(database_url: &str, options: Options) -> Self {
+        let urls = vec![database_url.to_owned(); options.replicas];
+        Self::start_on(&urls, options).await
+    }
+
+    /// As [`Self::start`], a replica on each of `database_urls` (the same database, reached
+    /// differently).
+    pub async fn start_on(database_urls: &[String], options: Options) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let cluster = format!(
             "rt-{}-{}",
@@ -57,8 +64,8 @@ impl Run {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let mut replicas = Vec::new();
-        for n in 1..=options.replicas {
-            replicas.push(OracleProcess::start(&format!("replica-{n}"), database_url).await);
+        for (n, url) in database_urls.iter().enumerate() {
+            replicas.push(OracleProcess::start(&format!("replica-{}", n + 1), url).await);
         }
         let mut run = Self {
             replicas,

@@ -9,7 +9,10 @@
 //! of the test's own, [`postgres_server`]), a silo cut off from the oracle, a replica killed and
 //! restarted, a host killed, a drain, and rebalancer sessions; [`store_states`] a read-only
 //! database and hung commits; [`failover`] a promoted standby that lacks the log's tail;
-//! [`spread`] the clusters' background work shared by three replicas, taken over and handed back.
+//! [`spread`] the clusters' background work shared by three replicas, taken over and handed back;
+//! [`patroni`] a real Patroni cluster ([`patroni_cluster`]) through a switchover, a killed and a
+//! frozen primary and etcd stopped, in synchronous and asynchronous mode. [`faults`] also freezes
+//! a replica (SIGSTOP) for three TTLs, alone and beside another.
 //!
 //! A binary of its own, apart from `tests/api`: its runs need both cores to keep their timing, so
 //! they go one at a time, and the other suite's tests do not share the machine with them.
@@ -21,6 +24,8 @@ mod failover;
 mod faults;
 mod host;
 mod oracle_process;
+mod patroni;
+mod patroni_cluster;
 mod postgres_server;
 // The same proxy the API suite cuts the database with (this binary cuts hosts off with it).
 #[allow(dead_code)]

@@ -163,7 +163,13 @@ fn binary() -> String {
 impl Drop for OracleProcess {
     fn drop(&mut self) {
         self.kill();
-        if !std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("ORACLE_HARNESS_KEEP_LOGS").is_some() {
+            eprintln!(
+                "replica {}'s log is kept: {}",
+                self.name,
+                self.log.display()
+            );
+        } else {
             let _ = std::fs::remove_file(&self.log);
         }
     }

@@ -155,7 +155,7 @@ impl Drop for OwnPostgres {
 }
 
 /// The folder of `initdb` and `pg_ctl`: `PG_BIN_DIR`, or the newest `/usr/lib/postgresql/*/bin`.
-fn binaries() -> PathBuf {
+pub fn binaries() -> PathBuf {
     if let Ok(dir) = std::env::var("PG_BIN_DIR") {
         return PathBuf::from(dir);
     }
