@@ -99,6 +99,48 @@ async fn a_failover_that_loses_the_logs_tail_hands_out_no_epoch_again() {
         "every epoch after the failover is larger than every one before"
     );
     assert!(lowest_after < 1 << 53, "epochs stay exact in JavaScript");
+
+    // A split brain: the old primary comes back as a primary, on the timeline the promotion left
+    // behind, and the address leads to it again (as a proxy that kept a thawed old primary routed
+    // would). The oracle has written on the new timeline: it must not write there.
+    let beating = keep_silos_beating(api.clone(), oracle.base());
+    primary.start_again();
+    address.switch_to(format!("127.0.0.1:{}", primary.port));
+    let refused = Instant::now();
+    let mut answered = Vec::new();
+    while refused.elapsed() < Duration::from_secs(3) {
+        let reply = api
+            .post(&oracle.base(), "/placements", json!({"grain": "split/0"}))
+            .await;
+        answered.push(reply.ok().is_some());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = reqwest::get(format!("{}/metrics", oracle.base()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let regressions =
+        crate::cluster_run::series_value(&metrics, "oracle_store_timeline_regressions_total");
+    address.switch_to(format!("127.0.0.1:{}", standby.port));
+    let back = until_placed(&api, &oracle, "split/1").await;
+    beating.abort();
+    println!(
+        "the old primary back as a primary on the old timeline: {} of {} placements acknowledged \
+         through it, {regressions} connections refused as behind the timeline",
+        answered.iter().filter(|&&ok| ok).count(),
+        answered.len()
+    );
+    assert!(
+        answered.iter().all(|&ok| !ok),
+        "a placement was acknowledged on a primary behind the timeline"
+    );
+    assert!(regressions >= 1.0, "the regression was counted");
+    assert!(
+        back > highest_before,
+        "placements resume on the new primary"
+    );
 }
 
 /// Heartbeats for every silo every 300 ms, whatever the answers.
