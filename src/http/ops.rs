@@ -22,8 +22,8 @@ pub struct Health {
     /// `memory` or `postgres`.
     #[schema(example = "postgres")]
     pub store: &'static str,
-    /// On Postgres, the server the store's last new connection reached (`/readyz` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// On Postgres, the server the store's last new connection reached (`/readyz` only; `null`
+    /// otherwise).
     pub database: Option<Database>,
 }
 
