@@ -58,6 +58,54 @@ async fn readiness_fails_with_a_problem_when_postgres_is_unreachable() {
     assert_eq!(health.status, StatusCode::OK, "the process itself is alive");
 }
 
+/// A database that answers nothing (a frozen server, a network that drops every packet) is one
+/// that cannot be reached, every time it is asked: not a database whose writes stall (it used to
+/// alternate between the two, since the readiness write was all it asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_answers_nothing_is_unreachable_not_stalled() {
+    let database = TestDatabase::create().await;
+    let link = crate::proxy::FaultyLink::start(database.server_address()).await;
+    let store = database
+        .store_via_on_database_clock(
+            link.port,
+            placement_oracle::store::StoreSettings::with_ttl(10_000),
+        )
+        .await;
+    let app = TestApp::builder(Backend::Postgres)
+        .on(store, &database)
+        .seed(1)
+        .build()
+        .await;
+    assert_eq!(
+        app.send(Method::GET, "/readyz", None).await.status,
+        StatusCode::OK
+    );
+    link.freeze();
+    // The answer from before stands 250 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let ready = app.send(Method::GET, "/readyz", None).await;
+        answers.push(ready.body["type"].as_str().unwrap_or_default().to_owned());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|kind| kind == "urn:placement-oracle:problem:store-unavailable"),
+        "{answers:?}"
+    );
+    link.thaw();
+    let back = std::time::Instant::now();
+    while app.send(Method::GET, "/readyz", None).await.status != StatusCode::OK {
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "ready again after the thaw"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn metrics_count_requests_by_route_template_and_domain_events() {
     let app = TestApp::new(Backend::Memory).await;

@@ -12,6 +12,8 @@ use tokio::sync::watch;
 pub struct FaultyLink {
     pub port: u16,
     down: Arc<AtomicBool>,
+    /// Frozen: connections are held open and nothing crosses, as with a server that does not run.
+    frozen: watch::Sender<bool>,
     /// Where new connections go (host:port).
     upstream: Arc<Mutex<String>>,
     /// Bumped on every cut; connections of an earlier generation end.
@@ -27,9 +29,11 @@ impl FaultyLink {
         let down = Arc::new(AtomicBool::new(false));
         let upstream = Arc::new(Mutex::new(upstream));
         let (generation, _) = watch::channel(0u64);
+        let (frozen, _) = watch::channel(false);
         let task = tokio::spawn({
             let down = down.clone();
             let generation = generation.clone();
+            let frozen = frozen.clone();
             let upstream = upstream.clone();
             async move {
                 let counter = AtomicU64::new(0);
@@ -40,17 +44,27 @@ impl FaultyLink {
                     }
                     counter.fetch_add(1, Ordering::Relaxed);
                     let mut cut = generation.subscribe();
+                    let mut freezing = frozen.subscribe();
                     let born = *cut.borrow();
                     let upstream = upstream.lock().unwrap().clone();
                     tokio::spawn(async move {
+                        // Frozen: accepted, and held until the link is cut or reset.
+                        if *freezing.borrow() {
+                            let _ = cut.wait_for(|g| *g != born).await;
+                            return;
+                        }
                         let Ok(server) = TcpStream::connect(&upstream).await else {
                             return;
                         };
                         let (mut client, mut server) = (client, server);
                         tokio::select! {
                             _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                            _ = cut.wait_for(|g| *g != born) => {}
+                            _ = cut.wait_for(|g| *g != born) => return,
+                            _ = freezing.wait_for(|f| *f) => {}
                         }
+                        // Frozen mid-way: both ends stay open, and nothing crosses.
+                        let _ = cut.wait_for(|g| *g != born).await;
+                        drop((client, server));
                     });
                 }
             }
@@ -58,6 +72,7 @@ impl FaultyLink {
         Self {
             port,
             down,
+            frozen,
             upstream,
             generation,
             task,
@@ -86,6 +101,22 @@ impl FaultyLink {
     /// Accepts connections again.
     pub fn restore(&self) {
         self.down.store(false, Ordering::SeqCst);
+    }
+
+    /// Nothing crosses any more, on the connections open and on new ones, which are accepted and
+    /// held: what a client sees of a frozen server (SIGSTOP, a paused VM) or a network that drops
+    /// every packet.
+    #[allow(dead_code)] // the readiness test freezes it
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Ends the freeze: the connections held are dropped (as a server thawed after its clients
+    /// timed out would find them), new ones cross again.
+    #[allow(dead_code)]
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+        self.reset();
     }
 }
 
