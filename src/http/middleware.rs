@@ -14,7 +14,7 @@ use crate::telemetry::metric;
 /// while it is served. It runs inside routing, so requests for unknown routes (answered by the
 /// fallback) are not measured.
 pub async fn record_metrics(request: Request, next: Next) -> Response {
-    let _in_flight = metric::RequestInFlight::new();
+    let _in_flight = metric::request_in_flight();
     let started = Instant::now();
     let method = request.method().as_str().to_owned();
     let route = request

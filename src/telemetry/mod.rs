@@ -628,21 +628,30 @@ pub mod metric {
         }
     }
 
-    /// An HTTP request being served: counted in `oracle_requests_in_flight` while it lives.
-    pub struct RequestInFlight(());
+    /// One of something under way, counted in a gauge while it lives.
+    pub struct UnderWay(&'static str);
 
-    impl RequestInFlight {
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            gauge!(REQUESTS_IN_FLIGHT).increment(1.0);
-            Self(())
+    impl UnderWay {
+        fn counted_in(gauge: &'static str) -> Self {
+            gauge!(gauge).increment(1.0);
+            Self(gauge)
         }
     }
 
-    impl Drop for RequestInFlight {
+    impl Drop for UnderWay {
         fn drop(&mut self) {
-            gauge!(REQUESTS_IN_FLIGHT).decrement(1.0);
+            gauge!(self.0).decrement(1.0);
         }
+    }
+
+    /// An HTTP request being served (`oracle_requests_in_flight`).
+    pub fn request_in_flight() -> UnderWay {
+        UnderWay::counted_in(REQUESTS_IN_FLIGHT)
+    }
+
+    /// A store call waiting for a Postgres connection (`oracle_store_pool_waiters`).
+    pub fn pool_waiter() -> UnderWay {
+        UnderWay::counted_in(STORE_POOL_WAITERS)
     }
 
     pub fn store_error(operation: &'static str) {
@@ -714,24 +723,6 @@ pub mod metric {
             gauge!(STORE_POOL, "state" => "in_use").set(f64::from(pool.in_use));
             gauge!(STORE_POOL, "state" => "idle").set(f64::from(pool.idle));
             gauge!(STORE_POOL_MAX).set(f64::from(pool.max));
-        }
-    }
-
-    /// A store call waiting for a Postgres connection: counted in `oracle_store_pool_waiters`
-    /// while it lives.
-    pub struct PoolWaiter(());
-
-    impl PoolWaiter {
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            gauge!(STORE_POOL_WAITERS).increment(1.0);
-            Self(())
-        }
-    }
-
-    impl Drop for PoolWaiter {
-        fn drop(&mut self) {
-            gauge!(STORE_POOL_WAITERS).decrement(1.0);
         }
     }
 

@@ -305,6 +305,18 @@ mod tests {
         StoreError::from(sqlx::Error::PoolTimedOut)
     }
 
+    /// Health on a clock of its own, on a process whose own clock a test moves to stage a stall:
+    /// the health, its clock and the process's.
+    fn health_with_process() -> (StoreHealth, ManualClock, ManualClock) {
+        let clock = ManualClock::starting_at(0);
+        let process = ManualClock::starting_at(0);
+        let health = StoreHealth::new(
+            Arc::new(clock.clone()),
+            StallWatch::on(Arc::new(process.clone())),
+        );
+        (health, clock, process)
+    }
+
     /// Health on `clock`, on a process that never stalls (its watch's clock stands still).
     fn health_at(clock: &ManualClock) -> StoreHealth {
         StoreHealth::new(
@@ -362,12 +374,7 @@ mod tests {
     #[test]
     fn a_stall_of_the_process_restarts_reachability_and_rolls_judgements_back_but_keeps_the_circuit(
     ) {
-        let clock = ManualClock::starting_at(0);
-        let process = ManualClock::starting_at(0);
-        let health = StoreHealth::new(
-            Arc::new(clock.clone()),
-            StallWatch::on(Arc::new(process.clone())),
-        );
+        let (health, clock, process) = health_with_process();
         call(&health, &clock, 1, Ok(()));
         // The process's own clock stands for looks often enough to see no stall (in production,
         // the ticking thread's every 100 ms).
@@ -425,12 +432,7 @@ mod tests {
 
     #[test]
     fn a_call_whose_deadline_ran_out_while_the_process_stalled_is_no_outage() {
-        let clock = ManualClock::starting_at(0);
-        let process = ManualClock::starting_at(0);
-        let health = StoreHealth::new(
-            Arc::new(clock.clone()),
-            StallWatch::on(Arc::new(process.clone())),
-        );
+        let (health, clock, process) = health_with_process();
         call(&health, &clock, 1, Ok(()));
         // A statement is sent; the process freezes for 9 s; when it runs again its 3 s deadline
         // has passed, though the database may well have answered long ago.
@@ -453,12 +455,7 @@ mod tests {
 
     #[test]
     fn a_stall_during_an_outage_leaves_the_replica_unreachable() {
-        let clock = ManualClock::starting_at(0);
-        let process = ManualClock::starting_at(0);
-        let health = StoreHealth::new(
-            Arc::new(clock.clone()),
-            StallWatch::on(Arc::new(process.clone())),
-        );
+        let (health, clock, process) = health_with_process();
         call(&health, &clock, 1, Ok(()));
         call(&health, &clock, 1, Err(io_error()));
         process.advance_ms(5_000);

@@ -71,7 +71,7 @@ impl Db {
 
     /// A connection of the pool, the wait for it counted.
     async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
-        let waiting = metric::PoolWaiter::new();
+        let waiting = metric::pool_waiter();
         let started = Instant::now();
         let connection = self.pool.acquire().await;
         drop(waiting);
