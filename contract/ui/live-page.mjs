@@ -30,8 +30,11 @@ async function api(path) {
 
 const browser = await chromium.launch({
   executablePath,
+  // Chromium looks names up for itself even with background networking off (the loopback guard
+  // caught its DNS queries): its resolver answers every name but loopback with "not found".
   args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic"],
+    "--disable-component-update", "--disable-sync", "--disable-quic",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
 });
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
@@ -69,9 +72,10 @@ try {
     const drawn = rows.filter((r) => r.bars.some((b) => b.metric === metric && b.value >= 0 && b.value <= 1));
     check(drawn.length === live.length, `every live silo has a ${metric} bar (${drawn.length})`);
   }
-  const busiest = live.reduce((a, b) => ((a.load.activation_count ?? 0) >= (b.load.activation_count ?? 0) ? a : b));
-  const full = rows.find((r) => r.silo === busiest.silo).bars.find((b) => b.metric === "activations");
-  check(full.value === 1, `the busiest silo's activations bar is full (${full.value})`);
+  // Bars are scaled to the busiest silo as the page last read them (the API, read a moment apart
+  // while the simulator runs, may name another): the fullest bar is full.
+  const fullest = Math.max(...rows.flatMap((r) => r.bars.filter((b) => b.metric === "activations").map((b) => b.value)));
+  check(fullest === 1, `the busiest silo's activations bar is full (${fullest})`);
   check((await page.textContent("#summary-silos .value")).trim() === String(silos.length), "the summary counts the silos");
   const columns = await page.$$eval("#spread-chart g.column", (gs) => gs.map((g) => Number(g.dataset.activations)));
   check(columns.length === live.length, `a column per live silo in the spread chart (${columns.length})`);
