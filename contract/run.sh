@@ -108,7 +108,9 @@ step "Users' tools: the simulator (embedded, and two replicas) and the live page
 ORACLE_BINARY="$BINARY" ORACLE_DATABASE_URL="${ADMIN_URL%/*}/$DATABASE" bash contract/tools.sh "$BASE_URL"
 
 step "The Python SDK (sdk/python): installed from its folder, mypy --strict, unit tests, and SDK silos against an oracle of their own on Postgres (oracle_sdk), stopped and started"
-contract/build/venv/bin/pip install --quiet --disable-pip-version-check --no-deps ./sdk/python
+# pip builds the package in an isolated environment, fetching its build backend from PyPI: a
+# registry step (outside the loopback guard).
+scripts/unguarded.sh contract/build/venv/bin/pip install --quiet --disable-pip-version-check --no-deps ./sdk/python
 contract/build/venv/bin/mypy --strict --cache-dir contract/build/mypy-cache sdk/python/placement_oracle_sdk sdk/python/tests
 psql "$ADMIN_URL" -v ON_ERROR_STOP=1 -qc "DROP DATABASE IF EXISTS oracle_sdk WITH (FORCE)" -c "CREATE DATABASE oracle_sdk"
 ORACLE_BINARY="$(realpath "$BINARY")" ORACLE_SDK_DATABASE_URL="${ADMIN_URL%/*}/oracle_sdk" \
