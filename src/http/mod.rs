@@ -236,10 +236,19 @@ pub fn app(state: AppState, limits: Limits) -> Router {
     // timeouts are counted like any other answer. Load shedding comes next, so that shed requests
     // are logged and counted too, but before anything that does work for the request.
     let per_route = ServiceBuilder::new()
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // Each answer is counted in the metrics; a log line per 5xx (tower-http's default) would
+        // cost the most exactly when a replica sheds load or its store is down.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(()),
+        )
         .layer(axum::middleware::from_fn(middleware::record_metrics))
         .layer(axum::middleware::from_fn_with_state(
-            load_shedding::InFlight::new(limits.max_concurrent_requests),
+            load_shedding::InFlight::new(limits.max_concurrent_requests, {
+                let members = state.oracle.members.clone();
+                Arc::new(move || members.could_not_keep_up())
+            }),
             load_shedding::shed_load,
         ))
         .layer(CatchPanicLayer::custom(middleware::panic_response))

@@ -200,6 +200,10 @@ pub trait Store:
     /// write in time, so a read-only database or one whose commits hang is not ready.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// The replica refused work it could not keep up with: silence counts again from now, as
+    /// after a stall of its process ([`stalls::StallWatch::could_not_keep_up`]).
+    fn could_not_keep_up(&self);
+
     /// The database server the last new connection reached (`None` for the embedded store, and
     /// before a connection was checked).
     fn database_server(&self) -> Option<DatabaseServer> {

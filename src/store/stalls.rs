@@ -38,8 +38,10 @@ pub const STALL_MS: Millis = 1_000;
 struct Looked {
     /// When the clock was last looked at.
     last: Millis,
-    /// How many stalls the looks found.
+    /// How many stalls the looks found, and times the replica could not keep up.
     stalls: u64,
+    /// When the replica last said it could not keep up.
+    last_behind: Option<Millis>,
 }
 
 /// A process's record of its stalls, on a clock of its own (the monotonic one in production).
@@ -63,7 +65,11 @@ impl StallWatch {
         let last = clock.now_ms();
         Arc::new(Self {
             clock,
-            looked: Mutex::new(Looked { last, stalls: 0 }),
+            looked: Mutex::new(Looked {
+                last,
+                stalls: 0,
+                last_behind: None,
+            }),
         })
     }
 
@@ -108,8 +114,25 @@ impl StallWatch {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Looks at the clock: how many stalls the process has had, this look's find included. A judge
-    /// of silence looks just before it judges.
+    /// The replica refused work it could not keep up with (a request shed at its concurrency
+    /// limit, perhaps a heartbeat): it did not watch either, and its silos' silence counts again
+    /// from now, as after a stall. Taken in at most once per [`TICK_MS`], so that judges under a
+    /// flood of refusals see one event a tick, not one a request.
+    pub fn could_not_keep_up(&self) {
+        let now = self.clock.now_ms();
+        let mut looked = self.lock();
+        if looked
+            .last_behind
+            .is_some_and(|behind| now - behind < TICK_MS)
+        {
+            return;
+        }
+        looked.last_behind = Some(now);
+        looked.stalls += 1;
+    }
+
+    /// Looks at the clock: how many stalls the process has had (and times it could not keep up),
+    /// this look's find included. A judge of silence looks just before it judges.
     pub fn look(&self) -> u64 {
         let now = self.clock.now_ms();
         let mut looked = self.lock();
@@ -193,6 +216,27 @@ mod tests {
         clock.advance_ms(TICK_MS);
         assert!(other.news(&watch));
         assert!(!other.news(&watch));
+    }
+
+    #[test]
+    fn refusing_work_it_could_not_keep_up_with_is_news_once_a_tick() {
+        let clock = ManualClock::starting_at(0);
+        let watch = watch_at(&clock);
+        let mut judge = StallsTaken::default();
+        assert!(!judge.news(&watch));
+        watch.could_not_keep_up();
+        watch.could_not_keep_up();
+        assert!(judge.news(&watch), "refused work: silence counts again");
+        assert!(
+            !judge.news(&watch),
+            "a flood of refusals within a tick is one"
+        );
+        clock.advance_ms(TICK_MS);
+        watch.could_not_keep_up();
+        assert!(
+            judge.news(&watch),
+            "the next tick's refusals are news again"
+        );
     }
 
     #[test]

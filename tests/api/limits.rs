@@ -9,7 +9,7 @@ use placement_oracle::Limits;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-use crate::helpers::{Backend, Reply, TestApp, MAX_CONCURRENT_REQUESTS};
+use crate::helpers::{Backend, Reply, TestApp, MAX_CONCURRENT_REQUESTS, TTL_MS};
 
 fn limits(max_concurrent_requests: usize) -> Limits {
     Limits {
@@ -271,5 +271,55 @@ async fn placements_count_the_grains_of_a_batch_and_edges_the_edges_of_a_report(
             |line| line.starts_with("oracle_rate_limited_total") && line.contains(&app.cluster)
         ),
         "no cluster label on the rate-limit metric"
+    );
+}
+
+/// A heartbeat shed at the concurrency limit never reached the store: its silo's silence is this
+/// replica's doing. So a replica that sheds counts silence again from then, and declares no silo
+/// dead for what it refused; a silo that stays silent still dies a whole TTL later.
+#[tokio::test]
+async fn a_replica_that_sheds_a_heartbeat_declares_no_silo_dead_for_that_silence() {
+    let app = TestApp::builder(Backend::Memory)
+        .limits(limits(1))
+        .rates(Rates::DEFAULT)
+        .build()
+        .await;
+    app.heartbeat("busy@1", json!({})).await;
+    let (url, mut questions, gate) = gated_webhook().await;
+    let policy = json!({ "grain_types": { "user": {
+        "strategy": "webhook",
+        "options": { "webhook": { "url": url, "timeout_ms": 2_000, "fallback": "hash_based" } }
+    } } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+    let held = tokio::spawn({
+        let app = app.clone();
+        async move {
+            app.post("/placements", json!({ "grain": "user/held" }))
+                .await
+        }
+    });
+    questions.recv().await.expect("the held placement waits");
+
+    // Silent past its TTL, then its heartbeat is shed.
+    app.clock.advance_ms(2 * TTL_MS);
+    let shed = app.post("/heartbeats", json!({ "silo": "busy@1" })).await;
+    assert_eq!(shed.status, StatusCode::SERVICE_UNAVAILABLE);
+    gate.send(true).unwrap();
+    held.await.unwrap();
+
+    assert_eq!(
+        app.oracle.members.sweep().await.unwrap(),
+        0,
+        "nothing judged across the refusal"
+    );
+    assert_eq!(app.get("/silos/busy@1").await.body["status"], "active");
+    app.clock.advance_ms(TTL_MS);
+    assert_eq!(
+        app.oracle.members.sweep().await.unwrap(),
+        1,
+        "a whole TTL after it"
     );
 }

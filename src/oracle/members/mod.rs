@@ -37,6 +37,12 @@ pub struct SiloListing {
 }
 
 impl Members {
+    /// This replica refused work it could not keep up with (a request shed): its silos' silence
+    /// counts again from now, since their heartbeats may be among what it refused.
+    pub fn could_not_keep_up(&self) {
+        self.store.could_not_keep_up();
+    }
+
     pub(super) fn new(store: Arc<dyn Store>, views: Arc<ClusterViews>) -> Self {
         Self {
             heartbeats: super::store_batcher(&store, super::WRITES_OVERLAP_AFTER, heartbeat_batch),

@@ -276,6 +276,10 @@ impl Store for MemoryStore {
         Some(self.clock.now_ms())
     }
 
+    fn could_not_keep_up(&self) {
+        self.stalls.could_not_keep_up();
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -147,6 +147,11 @@ impl StoreHealth {
         }
     }
 
+    /// The replica refused work it could not keep up with (see [`StallWatch::could_not_keep_up`]).
+    pub fn could_not_keep_up(&self) {
+        self.stalls.could_not_keep_up();
+    }
+
     /// This replica's own time (what [`Self::settle`] is given a call's start in).
     pub fn now(&self) -> Millis {
         self.clock.now_ms()
@@ -163,13 +168,10 @@ impl StoreHealth {
             .map_or(0, |since| (now - since).max(0))
     }
 
-    /// How many outages (and stalls) this replica has seen begin: what may have lost a write, so
-    /// that caches of the store's answers are dropped when it moves.
+    /// How many outages this replica has seen begin: what may have lost a write, so that caches
+    /// of the store's answers are dropped when it moves.
     pub fn outages_seen(&self) -> u64 {
-        let now = self.clock.now_ms();
-        let mut state = self.state();
-        self.take_stalls(&mut state, now);
-        state.outages_seen
+        self.state().outages_seen
     }
 
     /// How many times the count of silence restarted: at every outage, stall and slow call. A
@@ -192,14 +194,13 @@ impl StoreHealth {
         }
     }
 
-    /// A stall of this replica's process not yet counted is counted as an outage that began when
-    /// the process stopped running and ended now: reachability restarts, and judgements made across
-    /// it roll back. The circuit stays as it is.
+    /// A stall of this replica's process (or work it could not keep up with) not yet counted:
+    /// reachability restarts, and judgements made across it roll back. Nothing was lost in the
+    /// store, so no outage is counted (caches stay) and the circuit stays as it is.
     fn take_stalls(&self, state: &mut State, now: Millis) {
         if !state.stalls.news(&self.stalls) {
             return;
         }
-        state.outages_seen += 1;
         state.last_stall = Some(now);
         Self::restart_watch(state, now);
     }

@@ -500,6 +500,10 @@ impl Store for PostgresStore {
         self.health.outages_seen()
     }
 
+    fn could_not_keep_up(&self) {
+        self.health.could_not_keep_up();
+    }
+
     fn database_server(&self) -> Option<DatabaseServer> {
         self.servers.admitted().map(|session| DatabaseServer {
             server: session.server,
