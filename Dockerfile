@@ -27,15 +27,16 @@ ENV SQLX_OFFLINE=true \
 #    every target the manifest declares and every workspace member, so the
 #    [[bench]] files and the members' whole folders must be here already
 #    (tests/api/packaging.rs checks it); the layer is therefore reused only as
-#    long as Cargo.toml, Cargo.lock, benches/, sdk/rust/ and
-#    integrations/rio-rs/ do not change: a change to the Rust SDK or the rio-rs
-#    integration rebuilds the dependencies too.
+#    long as Cargo.toml, Cargo.lock, benches/, sdk/rust/, integrations/rio-rs/
+#    and bench/fleet/ do not change: a change to the Rust SDK, the rio-rs
+#    integration or the fleet generator rebuilds the dependencies too.
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
 # The workspace's other members (the Rust SDK, the rio-rs integration): cargo loads every
 # member's manifest and targets (it builds neither here).
 COPY sdk/rust ./sdk/rust
 COPY integrations/rio-rs ./integrations/rio-rs
+COPY bench/fleet ./bench/fleet
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && cargo build --release --locked \
