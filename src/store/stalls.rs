@@ -14,9 +14,10 @@
 //! what makes it exact: after a freeze, whichever runs first — the ticking thread or a queued
 //! heartbeat's judge — finds the gap, so no judgement is made on the old reckoning.
 //!
-//! **What a stall does.** The stores treat it as an outage of their store that began and ended
-//! there: silence is counted again from the end of the stall (each silo gets a whole TTL), and a
-//! judgement under way across it is rolled back (`watch_restarts`). Its bound: a stall of
+//! **What a stall does.** The stores count silence again from the end of the stall, as after an
+//! outage of their store (each silo gets a whole TTL), and a judgement under way across it is
+//! rolled back (`watch_restarts`); nothing was lost in the store, so caches stay. Work the replica
+//! refused because it could not keep up ([`StallWatch::could_not_keep_up`]) does the same. Its bound: a stall of
 //! [`STALL_MS`] or less is not seen, so a silo's silence as judged may include up to that much of
 //! the replica's own stall — a tenth of the default 10 s TTL, which a silo beating once a second
 //! never comes near. A stall seen where there was none (a ticking thread starved for over a

@@ -259,7 +259,8 @@ impl Servers {
     /// `error` from connecting, with which host it was and why connections were refused there.
     pub fn explain(&self, error: sqlx::Error) -> StoreError {
         let host = &self.hosts[self.chosen.load(Ordering::Relaxed)].0;
-        match self.refused_since(Instant::now() - Duration::from_secs(60)) {
+        let lately = Instant::now().checked_sub(Duration::from_secs(60));
+        match lately.and_then(|since| self.refused_since(since)) {
             Some(refusal) => refusal,
             None => at_host(StoreError::from(error), host),
         }
@@ -351,8 +352,9 @@ impl Servers {
         });
     }
 
-    /// Every host at once: the first (in the list's order among those that answer together) that
-    /// takes writes and is not behind, as soon as one does.
+    /// Every host at once: the first to answer that it takes writes and is not behind (libpq asks
+    /// them in order; at once, a host that does not answer costs no more than its probe's
+    /// timeout).
     async fn search(&self) -> Option<usize> {
         let highest = self.highest_timeline.load(Ordering::Relaxed);
         let attrs = SessionAttrs::ReadWrite;
