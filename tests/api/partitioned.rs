@@ -2,7 +2,8 @@
 //! partitioning), the nearest a single Postgres comes to a distributed engine that shards them by
 //! `cluster`: every `for_each_store` test runs on it (`<module>::partitioned::…`), and `EXPLAIN`
 //! of the store's own hot statements, taken from its source and bound to one cluster, shows each
-//! touching one partition of each table it reads or writes.
+//! touching one partition of each table it reads or writes (in its plan, or for the batched
+//! heartbeats, which find each row by a cluster from their own list of keys, in its run).
 
 use std::collections::BTreeMap;
 
@@ -101,26 +102,44 @@ fn statement(piece: &str) -> String {
     }
 }
 
-/// Each partitioned table's partitions that `statement`'s plan reads or writes, `EXPLAIN`ed as
-/// prepared with `arguments` (a custom plan for them, as the first executions get).
+/// How a statement's partitions are found.
+#[derive(Clone, Copy)]
+enum Look {
+    /// In its plan: a statement bound to one cluster by a parameter is pruned when planned.
+    Plan,
+    /// In its run (`EXPLAIN ANALYZE`, in a transaction rolled back): a statement that finds each
+    /// row by a cluster from its own list of keys is pruned as it runs, row by row; a partition
+    /// it never scanned is not touched.
+    Run,
+}
+
+/// Each partitioned table's partitions that `statement` reads or writes, `EXPLAIN`ed as prepared
+/// with `arguments` (a custom plan for them, as the first executions get).
 async fn partitions_touched(
     db: &mut PgConnection,
     statement: &str,
     arguments: &str,
+    look: Look,
 ) -> BTreeMap<String, Vec<String>> {
     run(db, &format!("PREPARE hot AS {statement}")).await;
     let execute = match arguments {
         "" => "EXECUTE hot".to_owned(),
         _ => format!("EXECUTE hot({arguments})"),
     };
-    let plan: Value = sqlx::query(&format!("EXPLAIN (FORMAT JSON) {execute}"))
+    let options = match look {
+        Look::Plan => "FORMAT JSON",
+        Look::Run => "ANALYZE, FORMAT JSON",
+    };
+    run(db, "BEGIN").await;
+    let plan: Value = sqlx::query(&format!("EXPLAIN ({options}) {execute}"))
         .fetch_one(&mut *db)
         .await
         .unwrap_or_else(|e| panic!("EXPLAIN {statement}: {e}"))
         .get(0);
+    run(db, "ROLLBACK").await;
     run(db, "DEALLOCATE hot").await;
     let mut relations = Vec::new();
-    relations_of(&plan, &mut relations);
+    relations_of(&plan, look, &mut relations);
     let mut touched: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for relation in relations {
         if let Some((table, _)) = relation.rsplit_once("_p") {
@@ -133,15 +152,26 @@ async fn partitions_touched(
     touched
 }
 
-fn relations_of(node: &Value, into: &mut Vec<String>) {
+/// The relations a plan's nodes name. Looking at a run, nodes that never ran (`"Actual Loops":
+/// 0`) are left out, and so are an update's `"Target Tables"`: the partitions it may write, which
+/// a plan pruned row by row lists whole, while the rows it writes come from the scans below it.
+fn relations_of(node: &Value, look: Look, into: &mut Vec<String>) {
     match node {
         Value::Object(map) => {
+            let never_ran = map.get("Actual Loops").and_then(Value::as_u64) == Some(0);
+            if never_ran {
+                return;
+            }
             if let Some(Value::String(name)) = map.get("Relation Name") {
                 into.push(name.clone());
             }
-            map.values().for_each(|v| relations_of(v, into));
+            for (key, value) in map {
+                if !(matches!(look, Look::Run) && key == "Target Tables") {
+                    relations_of(value, look, into);
+                }
+            }
         }
-        Value::Array(items) => items.iter().for_each(|v| relations_of(v, into)),
+        Value::Array(items) => items.iter().for_each(|v| relations_of(v, look, into)),
         _ => {}
     }
 }
@@ -160,44 +190,52 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
     let mut db = PgConnection::connect(&database.url()).await.unwrap();
     let cluster = format!("'{}'", app.cluster);
     // One silo's folded record, its version, and the TTL and instants it was folded under.
-    let one_write = "ARRAY['a@1'], ARRAY['a'], ARRAY['active'], ARRAY[1::int8], ARRAY[1::int8], \
-                     ARRAY['{}'::jsonb], ARRAY[0::int8], ARRAY[1::int8], NULL, 10000, 0, \
-                     9223372036854775807";
+    let one_write = format!(
+        "ARRAY[{cluster}], ARRAY['a@1'], ARRAY['a'], ARRAY['active'], ARRAY[1::int8], \
+         ARRAY[1::int8], ARRAY['{{}}'], ARRAY[0::int8], ARRAY[1::int8], NULL, \
+         ARRAY[10000::int8], ARRAY[0::int8], ARRAY[9223372036854775807::int8]"
+    );
     let hot = [
         (
             "placing new grains",
             statement("missing AS ("),
             format!("{cluster}, ARRAY['user/1','user/99'], ARRAY['a@1','a@1'], ARRAY['random','random'], NULL, NULL"),
+            Look::Plan,
         ),
         (
             "looking known grains up",
             statement("CROSS JOIN UNNEST($2::text[]) AS g(grain)"),
             format!("{cluster}, ARRAY['user/1','user/2'], NULL, NULL"),
+            Look::Plan,
         ),
         (
             "writing a batch of heartbeats from copies and reading the rest",
-            statement("WITH ORDINALITY AS k(silo, position)"),
-            format!("{cluster}, {one_write}, ARRAY['a@1','b@1']"),
+            statement("WITH ORDINALITY AS k(cluster, silo, position)"),
+            format!("{one_write}, ARRAY[{cluster}, {cluster}], ARRAY['a@1','b@1']"),
+            Look::Run,
         ),
         (
             "writing a batch of heartbeats",
-            statement("FROM written w CROSS JOIN c"),
-            format!("{cluster}, {one_write}"),
+            statement("FROM written w CROSS JOIN t"),
+            one_write.clone(),
+            Look::Run,
         ),
         (
             "what is due in a cluster",
             statement("AS moving"),
             format!("{cluster}, NULL, 3600000"),
+            Look::Plan,
         ),
         (
             "declaring silent silos dead",
             statement("SET status = 'dead', dead_since_ms = (SELECT now FROM t)"),
             format!("NULL, NULL, {cluster}, NULL"),
+            Look::Plan,
         ),
     ];
     let mut wide = Vec::new();
-    for (what, statement, arguments) in &hot {
-        let touched = partitions_touched(&mut db, statement, arguments).await;
+    for (what, statement, arguments, look) in &hot {
+        let touched = partitions_touched(&mut db, statement, arguments, *look).await;
         println!("{what}: {touched:?}");
         assert!(!touched.is_empty(), "{what} touches no partitioned table?");
         for (table, partitions) in touched {
@@ -210,6 +248,8 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
     // And the reader sees a statement across clusters for what it is: the gauges' count reads
     // every partition.
     let gauge = statement("SELECT status, count(*) AS n FROM silos GROUP BY status");
-    let touched = partitions_touched(&mut db, &gauge, "").await;
-    assert_eq!(touched["silos"].len(), PARTITIONS as usize, "{touched:?}");
+    for look in [Look::Plan, Look::Run] {
+        let touched = partitions_touched(&mut db, &gauge, "", look).await;
+        assert_eq!(touched["silos"].len(), PARTITIONS as usize, "{touched:?}");
+    }
 }

@@ -1033,24 +1033,142 @@ fn heartbeat_of(id: &str, cpu: f64, status: SiloStatus) -> Heartbeat {
 /// What each heartbeat of `beats` came to through `record_heartbeats`: the heartbeat count it
 /// wrote with its smoothed CPU, or the rejection.
 async fn beat_batch(store: &dyn Store, beats: &[Heartbeat]) -> Vec<Result<(i64, f64), String>> {
+    let beats: Vec<(ClusterName, Heartbeat)> =
+        beats.iter().map(|b| (cluster(), b.clone())).collect();
+    beat_batch_across(store, &beats)
+        .await
+        .into_iter()
+        .map(|outcome| outcome.map(|(count, cpu, _)| (count, cpu)))
+        .collect()
+}
+
+/// What each heartbeat of `beats`, each of its own cluster, came to through one
+/// `record_heartbeats`: the heartbeat count it wrote, its smoothed CPU and the TTL it was judged
+/// under, or the rejection.
+async fn beat_batch_across(
+    store: &dyn Store,
+    beats: &[(ClusterName, Heartbeat)],
+) -> Vec<Result<(i64, f64, Millis), String>> {
     let update = |i: usize, previous: Option<&_>, liveness: &_| {
-        heartbeat::apply(&beats[i], previous, liveness)
+        heartbeat::apply(&beats[i].1, previous, liveness)
     };
-    let silos: Vec<(ClusterName, SiloId)> =
-        beats.iter().map(|b| (cluster(), b.silo.clone())).collect();
+    let silos: Vec<(ClusterName, SiloId)> = beats
+        .iter()
+        .map(|(cluster, b)| (cluster.clone(), b.silo.clone()))
+        .collect();
     store
         .record_heartbeats(&silos, &update)
         .await
         .unwrap()
         .into_iter()
         .map(|outcome| match outcome.unwrap() {
-            Ok((record, _)) => Ok((
+            Ok((record, liveness)) => Ok((
                 record.heartbeat_count,
                 record.profile.smoothing.cpu_usage.unwrap_or(-1.0),
+                liveness.silo_ttl_ms,
             )),
             Err(rejection) => Err(rejection.to_string()),
         })
         .collect()
+}
+
+/// A batch naming many clusters answers each heartbeat as its own cluster alone would: silos new
+/// and known, with copies and without, clusters of different TTLs, one of them changed between
+/// batches (a copy folded under the old TTL must not be written under the new one).
+async fn a_batch_across_clusters_answers_each_as_its_cluster_alone_would(backend: Backend) {
+    let (batched, clock, _db) = direct(backend).await;
+    let (single, single_clock, _db2) = direct(backend).await;
+    let named = |name: &str| ClusterName::parse(name).unwrap();
+    let (north, south, west) = (named("north"), named("south"), named("west"));
+    let longer = TTL_MS * 3;
+    let policy = |ttl: Millis| Policy {
+        silo_ttl_ms: Some(ttl as u64),
+        ..Policy::default()
+    };
+    let beats = |round: f64, silos: &[(&ClusterName, &str)]| -> Vec<(ClusterName, Heartbeat)> {
+        silos
+            .iter()
+            .enumerate()
+            .map(|(n, (cluster, id))| {
+                let cpu = round * 10.0 + n as f64;
+                (
+                    (*cluster).clone(),
+                    heartbeat_of(id, cpu, SiloStatus::Active),
+                )
+            })
+            .collect()
+    };
+    let mut answers = Vec::new();
+    for round in 0..4 {
+        if round == 1 {
+            for store in [&batched, &single] {
+                store
+                    .put_policy(&south, &policy(longer), None)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+        }
+        if round == 3 {
+            for store in [&batched, &single] {
+                store
+                    .put_policy(&south, &policy(TTL_MS), None)
+                    .await
+                    .unwrap()
+                    .unwrap();
+            }
+        }
+        let mut silos = vec![
+            (&north, "a@1"),
+            (&south, "a@1"),
+            (&north, "b@1"),
+            (&west, "c@1"),
+        ];
+        if round >= 2 {
+            // A silo new to a cluster whose other silos this replica wrote last.
+            silos.push((&south, "d@1"));
+        }
+        let beats = beats(round as f64, &silos);
+        let together = beat_batch_across(batched.as_ref(), &beats).await;
+        let mut apart = Vec::new();
+        for beat in &beats {
+            apart.extend(beat_batch_across(single.as_ref(), std::slice::from_ref(beat)).await);
+        }
+        assert_eq!(
+            together, apart,
+            "round {round}: a batch answers as one by one"
+        );
+        answers.push(together);
+        clock.advance_ms(1_000);
+        single_clock.advance_ms(1_000);
+    }
+    let south_ttls: Vec<Millis> = answers
+        .iter()
+        .map(|round| round[1].as_ref().unwrap().2)
+        .collect();
+    assert_eq!(
+        south_ttls,
+        [TTL_MS, longer, longer, TTL_MS],
+        "south's silo is judged under south's TTL as it is at each batch"
+    );
+    assert!(
+        answers.iter().flatten().all(Result::is_ok),
+        "every heartbeat is accepted: {answers:?}"
+    );
+    for (cluster, id) in [
+        (&north, "a@1"),
+        (&south, "a@1"),
+        (&north, "b@1"),
+        (&west, "c@1"),
+        (&south, "d@1"),
+    ] {
+        let (stored_batched, _) = batched.silo(cluster, &silo(id)).await.unwrap().unwrap();
+        let (stored_single, _) = single.silo(cluster, &silo(id)).await.unwrap().unwrap();
+        assert_eq!(
+            stored_batched, stored_single,
+            "{cluster}/{id} is stored as one by one would"
+        );
+    }
 }
 
 /// What `beats` came to as one batch through `batched`, checked to be what they come to one by one
@@ -1541,6 +1659,7 @@ for_each_store!(
     what_is_due_in_a_cluster_is_read_in_one_go,
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
+    a_batch_across_clusters_answers_each_as_its_cluster_alone_would,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,

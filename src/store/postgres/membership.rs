@@ -1,8 +1,8 @@
 //! Membership on Postgres: silos and their clusters. Every read judges the silos at the database's
 //! clock with the cluster's TTL; a leave or a death follows the death protocol (the silo row taken
 //! `FOR UPDATE`, which waits for registrations holding it `FOR KEY SHARE`) and retires the silo's
-//! generation in the same transaction. Heartbeat writes, one at a time and batched, are in
-//! [`heartbeats`].
+//! generation in the same transaction. Heartbeat writes, one at a time and batched (a batch's
+//! statements span clusters, each row found by its whole key), are in [`heartbeats`].
 
 mod heartbeats;
 mod written_silos;
@@ -30,10 +30,6 @@ use crate::store::{
 
 /// Silos of one heartbeat batch taking the one-by-one path at once (each holds a connection).
 const SILOS_ONE_BY_ONE_AT_ONCE: usize = 4;
-/// How many clusters of one batch of heartbeats are written at once (each cluster's statements
-/// name it alone).
-const CLUSTERS_AT_ONCE: usize = 8;
-
 /// Most expired tombstones one sweep forgets.
 const FORGET_CHUNK: i64 = 1_000;
 
@@ -302,20 +298,6 @@ impl PostgresStore {
     }
 }
 
-/// The positions of a batch's heartbeats, grouped by cluster (each group in batch order).
-fn positions_by_cluster(silos: &[(ClusterName, SiloId)]) -> Vec<Vec<usize>> {
-    let mut group_of: HashMap<&ClusterName, usize> = HashMap::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, (cluster, _)) in silos.iter().enumerate() {
-        let group = *group_of.entry(cluster).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[group].push(i);
-    }
-    groups
-}
-
 fn silo_from_row(row: &PgRow) -> Result<SiloRecord, StoreError> {
     let id: String = row.try_get("silo")?;
     let status: String = row.try_get("status")?;
@@ -367,39 +349,14 @@ impl MembershipStore for PostgresStore {
         silos: &[(ClusterName, SiloId)],
         update: &HeartbeatUpdates<'_>,
     ) -> Result<Vec<Result<HeartbeatOutcome, StoreError>>, StoreError> {
-        // One or two statements per cluster of the batch (see `try_record_heartbeats`): every
-        // statement names one cluster, so that a distributed engine routes each to the one
-        // shard holding it.
-        // Clusters' statements run side by side, a few at a time, each on a connection of its own:
-        // a batch naming many small clusters costs a few round trips, not one pair per cluster
-        // in a row.
-        let mut outcomes: Vec<Option<Result<HeartbeatOutcome, StoreError>>> =
-            (0..silos.len()).map(|_| None).collect();
-        let mut one_by_one = Vec::new();
-        let per_cluster = positions_by_cluster(silos)
-            .into_iter()
-            .map(|positions| async move {
-                let group: Vec<(ClusterName, SiloId)> =
-                    positions.iter().map(|&i| silos[i].clone()).collect();
-                let in_group = |j: usize, previous: Option<&SiloRecord>, liveness: &Liveness| {
-                    update(positions[j], previous, liveness)
-                };
-                let batched = self
-                    .guard(self.try_record_heartbeats(&group, &in_group))
-                    .await;
-                (positions, batched)
-            });
-        let batches: Vec<_> = futures_util::stream::iter(per_cluster)
-            .buffer_unordered(CLUSTERS_AT_ONCE)
-            .collect()
-            .await;
-        for (positions, batched) in batches {
-            let batched = batched?;
-            for (j, outcome) in batched.outcomes.into_iter().enumerate() {
-                outcomes[positions[j]] = outcome;
-            }
-            one_by_one.extend(batched.one_by_one.into_iter().map(|j| positions[j]));
-        }
+        // One to three statements for the whole batch, whatever its clusters (see
+        // `try_record_heartbeats`): each row is found by its (cluster, silo) key, so a batch of
+        // many small clusters' heartbeats costs what one cluster's does.
+        let batched = self
+            .guard(self.try_record_heartbeats(silos, update))
+            .await?;
+        let mut outcomes = batched.outcomes;
+        let one_by_one = batched.one_by_one;
         // The rest one by one, each under its own deadline: a few silos at once (a fleet rejoining
         // after a restart is all new silos, and must not take every connection), one silo's
         // heartbeats in their order.

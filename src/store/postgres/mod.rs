@@ -46,6 +46,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Row};
 
+use self::error::lost_a_race;
 use self::health::{StoreHealth, Verdict};
 use self::servers::Servers;
 use self::statements::Db;
@@ -66,6 +67,10 @@ const STATEMENT_DEADLINE: Duration = Duration::from_secs(3);
 /// Exact directory counts for the gauge up to this many entries; the planner's estimate beyond
 /// (counting ten million rows every five seconds would cost more than the gauge is worth).
 const EXACT_COUNT_UP_TO: i64 = 100_000;
+
+/// Times a cluster's creation is made again after losing a race the database broke (see
+/// `ensure_cluster`).
+const CREATE_ATTEMPTS: u32 = 8;
 
 /// Which pooled connections may be handed out or given back: none made before the last outage
 /// began, or before the last call that got no answer in time. A server that stopped or crashed
@@ -374,23 +379,32 @@ impl PostgresStore {
         if self.known().contains(cluster) {
             return Ok(());
         }
-        let exists: bool = sqlx::query_scalar(
-            "WITH created AS (
-                INSERT INTO clusters (name, silo_ttl_ms, created_ms)
-                SELECT $1, $2, COALESCE($3::int8, oracle_now_ms())
-                WHERE NOT EXISTS (SELECT 1 FROM clusters WHERE name = $1)
-                  AND (SELECT count(*) FROM clusters) < $4
-                ON CONFLICT DO NOTHING
-                RETURNING name
-             )
-             SELECT EXISTS (SELECT 1 FROM created) OR EXISTS (SELECT 1 FROM clusters WHERE name = $1)",
-        )
-        .bind(cluster.as_str())
-        .bind(self.settings.default_silo_ttl_ms)
-        .bind(self.now())
-        .bind(i64::try_from(self.settings.max_clusters).unwrap_or(i64::MAX))
-        .fetch_one(&self.db)
-        .await?;
+        // Creations of different clusters at once each count every cluster: an engine that runs
+        // transactions serializable fails all but one of them, and they are made again.
+        let mut attempts = 0;
+        let exists: bool = loop {
+            let created = sqlx::query_scalar(
+                "WITH created AS (
+                    INSERT INTO clusters (name, silo_ttl_ms, created_ms)
+                    SELECT $1, $2, COALESCE($3::int8, oracle_now_ms())
+                    WHERE NOT EXISTS (SELECT 1 FROM clusters WHERE name = $1)
+                      AND (SELECT count(*) FROM clusters) < $4
+                    ON CONFLICT DO NOTHING
+                    RETURNING name
+                 )
+                 SELECT EXISTS (SELECT 1 FROM created) OR EXISTS (SELECT 1 FROM clusters WHERE name = $1)",
+            )
+            .bind(cluster.as_str())
+            .bind(self.settings.default_silo_ttl_ms)
+            .bind(self.now())
+            .bind(i64::try_from(self.settings.max_clusters).unwrap_or(i64::MAX))
+            .fetch_one(&self.db)
+            .await;
+            match created {
+                Err(error) if lost_a_race(&error) && attempts < CREATE_ATTEMPTS => attempts += 1,
+                created => break created?,
+            }
+        };
         // A concurrent creation of the same name is invisible to this statement's snapshot.
         let exists = exists
             || sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM clusters WHERE name = $1)")

@@ -1,7 +1,8 @@
 //! Heartbeats on Postgres: optimistic read-modify-write on the silo row's version. One heartbeat
 //! reads its silo (with the cluster's TTL and retired generation), applies the domain's update and
 //! writes the row back only if nobody wrote it meanwhile, retrying if somebody did. A batch does
-//! the same for many silos in two statements, and leaves the silos it cannot settle that way to
+//! the same for many silos, of any number of clusters, in two statements (each row found by its
+//! whole key, cluster first, from the statement's own list), and leaves the silos it cannot settle that way to
 //! the one-by-one path. A silo whose row this replica wrote last skips the read: its heartbeats
 //! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written, under the same
 //! conditions, by the statement that reads the batch's other silos — and those whose row it finds
@@ -12,7 +13,7 @@
 
 mod batch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -43,6 +44,10 @@ const STAMP_LEAD_MS: Millis = 20;
 /// their write runs; further, and the write changes nothing (the bound is stale: the heartbeats
 /// are read and folded at the database's instant instead).
 const STAMP_SLACK_MS: Millis = 250;
+
+/// Clusters of one batch of heartbeats looked up or created at once when this replica does not
+/// know them yet (each takes a connection).
+const CLUSTERS_CREATED_AT_ONCE: usize = 8;
 
 impl PostgresStore {
     /// Inserts a new silo unless the cluster is at its silo limit or the id is retired; `false`
@@ -252,7 +257,7 @@ impl PostgresStore {
             return Ok(batch.finish());
         }
         let reachable_for = self.health.reachable_for();
-        let (under, mut copied) = self.fold_copies(&mut batch, &keys, reachable_for, update);
+        let mut copied = self.fold_copies(&mut batch, &keys, reachable_for, update);
         let keys = batch.unheld(keys, &copied);
         if keys.is_empty() {
             return Ok(batch.finish());
@@ -260,7 +265,7 @@ impl PostgresStore {
         let keys = if copied.len() == keys.len() {
             // Every silo was folded onto a copy: the write alone, and a read only for the
             // copies it found stale.
-            let written = self.write_batch(silos, &mut copied, &under).await?;
+            let written = self.write_batch(silos, &mut copied).await?;
             self.settle_copies(&mut batch, &copied, &written);
             copied.clear();
             let stale = batch.silos_to_read();
@@ -272,12 +277,11 @@ impl PostgresStore {
             keys
         };
         let rows = self
-            .write_copies_and_read(silos, &keys, &mut copied, &under, &mut batch)
+            .write_copies_and_read(silos, &keys, &mut copied, &mut batch)
             .await?;
-        let (under, mut writes) =
-            self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
+        let mut writes = self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
         if !writes.is_empty() {
-            let written = self.write_batch(silos, &mut writes, &under).await?;
+            let written = self.write_batch(silos, &mut writes).await?;
             batch.settle_writes(&writes, &written, IfChanged::OneByOne);
         }
         Ok(batch.finish())
@@ -285,24 +289,17 @@ impl PostgresStore {
 
     /// Folds the heartbeats of the silos of `keys` whose rows this replica wrote last onto those
     /// copies, judged at an instant no earlier than the database's clock when their write will run
-    /// (the write checks it); returns what to write, and under what. Heartbeats that
-    /// [`holds_back`] allows are settled without a write, their copies kept with them. A silo with
-    /// no copy, one a heartbeat declares dead as copied, or one whose every heartbeat the copy
-    /// refuses (its copy kept) is left for the read.
+    /// (the write checks it); returns what to write, each with what it was folded under.
+    /// Heartbeats that [`holds_back`] allows are settled without a write, their copies kept with
+    /// them. A silo with no copy, one a heartbeat declares dead as copied, or one whose every
+    /// heartbeat the copy refuses (its copy kept) is left for the read.
     fn fold_copies(
         &self,
         batch: &mut HeartbeatBatch<'_>,
         keys: &[(&str, &str)],
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> (FoldedUnder, Vec<PendingWrite>) {
-        let Some(cluster) = keys
-            .first()
-            .and_then(|key| batch.by_silo.get(key))
-            .map(|positions| &batch.silos[positions[0]].0)
-        else {
-            return (FoldedUnder::NOTHING, Vec::new());
-        };
+    ) -> Vec<PendingWrite> {
         let stamped_at = match self.now() {
             Some(now) => Some(now),
             None => self
@@ -313,18 +310,53 @@ impl PostgresStore {
                 .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
         };
         let Some(stamped_at) = stamped_at else {
-            return (FoldedUnder::NOTHING, Vec::new());
+            return Vec::new();
         };
+        let mut writes = Vec::new();
+        let mut held = 0;
+        // `keys` are in (cluster, silo) order: each cluster's silos are together.
+        for cluster_keys in keys.chunk_by(|a, b| a.0 == b.0) {
+            let cluster = &batch.silos[batch.by_silo[&cluster_keys[0]][0]].0;
+            let (cluster_writes, cluster_held) = self.fold_cluster_copies(
+                batch,
+                cluster,
+                cluster_keys,
+                stamped_at,
+                reachable_for,
+                update,
+            );
+            writes.extend(cluster_writes);
+            held += cluster_held;
+        }
+        metric::heartbeats_held(held);
+        writes
+    }
+
+    /// [`Self::fold_copies`] for the silos of one cluster (`keys`), at `stamped_at`: what to write,
+    /// and how many silos' heartbeats it held back.
+    fn fold_cluster_copies(
+        &self,
+        batch: &mut HeartbeatBatch<'_>,
+        cluster: &ClusterName,
+        keys: &[(&str, &str)],
+        stamped_at: Millis,
+        reachable_for: Millis,
+        update: &HeartbeatUpdates<'_>,
+    ) -> (Vec<PendingWrite>, usize) {
         let Some((silo_ttl_ms, copies)) = self
             .written_silos
             .take(cluster, keys.iter().map(|(_, silo)| *silo))
         else {
-            return (FoldedUnder::NOTHING, Vec::new());
+            return (Vec::new(), 0);
         };
         let liveness = Liveness {
             now: stamped_at,
             silo_ttl_ms,
             reachable_since: stamped_at.saturating_sub(reachable_for),
+        };
+        let under = FoldedUnder {
+            silo_ttl_ms,
+            stamped_at: Some(stamped_at),
         };
         let write_after = self.write_after_ms(silo_ttl_ms);
         let mut writes = Vec::new();
@@ -361,14 +393,10 @@ impl PostgresStore {
                 first: positions[0],
                 record,
                 previous_count: copy.stored_count,
+                under,
             });
         }
-        metric::heartbeats_held(held);
-        let under = FoldedUnder {
-            silo_ttl_ms,
-            stamped_at: Some(stamped_at),
-        };
-        (under, writes)
+        (writes, held)
     }
 
     /// How old a silo's stored heartbeat must be before a heartbeat that changes only load
@@ -380,15 +408,20 @@ impl PostgresStore {
             .max(0)
     }
 
-    /// Makes sure every cluster of the batch exists. A store that could not be reached fails the
-    /// batch (and the circuit sees it); a refusal (the cluster limit) fails only that cluster's
-    /// heartbeats, which are then settled.
+    /// Makes sure every cluster of the batch exists, a few unknown ones at once. A store that
+    /// could not be reached fails the batch (and the circuit sees it); a refusal (the cluster
+    /// limit) fails only that cluster's heartbeats, which are then settled.
     async fn ensure_batch_clusters(
         &self,
         batch: &mut HeartbeatBatch<'_>,
     ) -> Result<(), StoreError> {
-        for cluster in batch.clusters() {
-            if let Err(error) = self.ensure_cluster(cluster).await {
+        let mut ensured = Vec::new();
+        for clusters in batch.clusters().chunks(CLUSTERS_CREATED_AT_ONCE) {
+            let at_once: Vec<_> = clusters.iter().map(|c| self.ensure_named(c)).collect();
+            ensured.extend(futures_util::future::join_all(at_once).await);
+        }
+        for (cluster, ensured) in ensured {
+            if let Err(error) = ensured {
                 if error.reach() != Reach::Answered {
                     return Err(error);
                 }
@@ -398,39 +431,50 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// [`Self::ensure_cluster`], answered with the cluster's name.
+    async fn ensure_named<'c>(
+        &self,
+        cluster: &'c ClusterName,
+    ) -> (&'c ClusterName, Result<(), StoreError>) {
+        (cluster, self.ensure_cluster(cluster).await)
+    }
+
     /// Writes the records folded onto copies (as [`Self::write_batch`] does) and, in the same
-    /// statement, reads every other silo in `keys` (all of one cluster: each statement names
-    /// one) with its cluster's TTL and the store's instant. Each row carries its silo's place in
-    /// `keys` (from 1) and whether its copy was written (then its silo columns are NULL); a silo
-    /// not stored yet has a row of NULL silo columns, and one whose cluster vanished meanwhile has
-    /// none. The copies written are settled, and kept as this replica's copies again; the others'
-    /// heartbeats are left for the fold of the row read.
+    /// statement, reads every other silo in `keys` with its cluster's TTL and the store's
+    /// instant. Each row carries its silo's place in `keys` (from 1) and whether its copy was
+    /// written (then its silo columns are NULL); a silo not stored yet has a row of NULL silo
+    /// columns, and one whose cluster vanished meanwhile has none. The copies written are
+    /// settled, and kept as this replica's copies again; the others' heartbeats are left for the
+    /// fold of the row read.
     async fn write_copies_and_read(
         &self,
         silos: &[(ClusterName, SiloId)],
         keys: &[(&str, &str)],
         copied: &mut [PendingWrite],
-        under: &FoldedUnder,
         batch: &mut HeartbeatBatch<'_>,
     ) -> Result<Vec<PgRow>, StoreError> {
-        let cluster = one_cluster(keys.iter().map(|(cluster, _)| *cluster));
+        let key_clusters: Vec<&str> = keys.iter().map(|(cluster, _)| *cluster).collect();
         let key_silos: Vec<&str> = keys.iter().map(|(_, silo)| *silo).collect();
         in_lock_order(silos, copied);
         let columns = HeartbeatColumns::of(silos, copied)?;
         let sent = self.health.now();
         let statement = format!(
             "WITH {HEARTBEAT_WRITE}
-             SELECT k.position, c.silo_ttl_ms AS ttl, c.now, w.silo IS NOT NULL AS written,
+             SELECT k.position, c.silo_ttl_ms AS ttl, t.now, w.silo IS NOT NULL AS written,
                     w.drained_at_ms AS written_drained_at_ms, {SILO_COLUMNS}
-             FROM UNNEST($14::text[]) WITH ORDINALITY AS k(silo, position)
-             CROSS JOIN c
-             LEFT JOIN written w ON w.silo = k.silo
+             FROM UNNEST($14::text[], $15::text[]) WITH ORDINALITY AS k(cluster, silo, position)
+             CROSS JOIN t
+             JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c
+                           WHERE c.name = k.cluster) c ON true
+             LEFT JOIN written w ON w.cluster = k.cluster AND w.silo = k.silo
              LEFT JOIN LATERAL (SELECT * FROM silos s
-                                WHERE s.cluster = $1 AND s.silo = k.silo AND w.silo IS NULL
+                                WHERE s.cluster = k.cluster AND s.silo = k.silo
+                                  AND w.silo IS NULL
                                 LIMIT 1) s ON true"
         );
         let rows = columns
-            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .bind(sqlx::query(&statement), self.now())
+            .bind(&key_clusters)
             .bind(&key_silos)
             .fetch_all(&self.db)
             .await;
@@ -447,36 +491,44 @@ impl PostgresStore {
         for row in &rows {
             if row.try_get("written")? {
                 let position: i64 = row.try_get("position")?;
-                let (_, silo) = usize::try_from(position - 1)
+                let key = usize::try_from(position - 1)
                     .ok()
                     .and_then(|k| keys.get(k))
                     .ok_or_else(|| {
                         StoreError::Corrupt("a heartbeat write answered for no silo".into())
                     })?;
                 written.insert(
-                    (cluster.to_owned(), (*silo).to_owned()),
+                    (key.0.to_owned(), key.1.to_owned()),
                     row.try_get("written_drained_at_ms")?,
                 );
             }
         }
-        self.remember_written(silos, copied, &written, under);
+        self.remember_written(silos, copied, &written);
         self.settle_copies(batch, copied, &written);
         Ok(rows)
     }
 
     /// Settles the heartbeats folded onto copies that `written` (the drain stamp of each row
-    /// written) says landed, leaves the others for the read, and notes how many copies were stale.
+    /// written) says landed, leaves the others for the read, and notes how many copies of each
+    /// cluster were stale.
     fn settle_copies(
         &self,
         batch: &mut HeartbeatBatch<'_>,
         copied: &[PendingWrite],
         written: &HashMap<(String, String), Option<Millis>>,
     ) {
-        if let Some(write) = copied.first() {
-            let stale = copied.len().saturating_sub(written.len());
-            self.written_silos
-                .found_stale(&batch.silos[write.first].0, copied.len(), stale);
-            metric::heartbeat_copies(copied.len() - stale, stale);
+        let mut by_cluster: BTreeMap<&ClusterName, (usize, usize)> = BTreeMap::new();
+        for write in copied {
+            let (cluster, silo) = &batch.silos[write.first];
+            let (used, stale) = by_cluster.entry(cluster).or_default();
+            *used += 1;
+            if !written.contains_key(&(cluster.to_string(), silo.to_string())) {
+                *stale += 1;
+            }
+        }
+        for (cluster, (used, stale)) in by_cluster {
+            self.written_silos.found_stale(cluster, used, stale);
+            metric::heartbeat_copies(used - stale, stale);
         }
         batch.settle_writes(copied, written, IfChanged::Read);
     }
@@ -493,8 +545,7 @@ impl PostgresStore {
         rows: &[PgRow],
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> Result<(FoldedUnder, Vec<PendingWrite>), StoreError> {
-        let mut under = FoldedUnder::NOTHING;
+    ) -> Result<Vec<PendingWrite>, StoreError> {
         let mut writes = Vec::new();
         let mut answered = vec![false; keys.len()];
         for row in rows {
@@ -515,7 +566,6 @@ impl PostgresStore {
                 continue;
             }
             let liveness = self.liveness_from_row(row, reachable_for)?;
-            under.silo_ttl_ms = liveness.silo_ttl_ms;
             let read = silo_from_row(row)?;
             let Some(folded) = fold_silo(&read, liveness, positions, update) else {
                 batch.one_by_one.extend(positions);
@@ -529,6 +579,10 @@ impl PostgresStore {
                     first: positions[0],
                     record,
                     previous_count: read.heartbeat_count,
+                    under: FoldedUnder {
+                        silo_ttl_ms: liveness.silo_ttl_ms,
+                        stamped_at: None,
+                    },
                 });
             }
         }
@@ -537,31 +591,29 @@ impl PostgresStore {
                 batch.one_by_one.extend(&batch.by_silo[key]);
             }
         }
-        Ok((under, writes))
+        Ok(writes)
     }
 
-    /// Writes the folded records in one statement, each row only if it is still the version that
-    /// was folded onto, and only if the cluster's TTL and the database's instant are what `under`
-    /// says they were folded under. Returns the drain stamp of each silo it wrote, by (cluster,
-    /// silo), and keeps what it wrote as this replica's copies. Two batches that meet on the same
-    /// rows in opposite orders deadlock: then nothing is written, and the one-by-one path sorts it
-    /// out.
+    /// Writes the folded records in one statement, whatever their clusters: each row only if it
+    /// is still the version that was folded onto, and only if its cluster's TTL and the
+    /// database's instant are what it was folded under. Returns the drain stamp of each silo it
+    /// wrote, by (cluster, silo), and keeps what it wrote as this replica's copies. Two batches
+    /// that meet on the same rows in opposite orders deadlock: then nothing is written, and the
+    /// one-by-one path sorts it out.
     async fn write_batch(
         &self,
         silos: &[(ClusterName, SiloId)],
         writes: &mut [PendingWrite],
-        under: &FoldedUnder,
     ) -> Result<HashMap<(String, String), Option<Millis>>, StoreError> {
         in_lock_order(silos, writes);
         let columns = HeartbeatColumns::of(silos, writes)?;
-        let cluster = one_cluster(columns.clusters.iter().copied());
         let sent = self.health.now();
         let statement = format!(
             "WITH {HEARTBEAT_WRITE}
-             SELECT w.silo, w.drained_at_ms, c.now FROM written w CROSS JOIN c"
+             SELECT w.cluster, w.silo, w.drained_at_ms, t.now FROM written w CROSS JOIN t"
         );
         let written = columns
-            .bind(sqlx::query(&statement), cluster, self.now(), under)
+            .bind(sqlx::query(&statement), self.now())
             .fetch_all(&self.db)
             .await;
         let written = match written {
@@ -574,11 +626,11 @@ impl PostgresStore {
         let mut drained: HashMap<(String, String), Option<Millis>> = HashMap::new();
         for row in &written {
             drained.insert(
-                (cluster.to_owned(), row.try_get("silo")?),
+                (row.try_get("cluster")?, row.try_get("silo")?),
                 row.try_get("drained_at_ms")?,
             );
         }
-        self.remember_written(silos, writes, &drained, under);
+        self.remember_written(silos, writes, &drained);
         Ok(drained)
     }
 
@@ -589,7 +641,6 @@ impl PostgresStore {
         silos: &[(ClusterName, SiloId)],
         writes: &[PendingWrite],
         drained: &HashMap<(String, String), Option<Millis>>,
-        under: &FoldedUnder,
     ) {
         for write in writes {
             let (cluster, silo) = &silos[write.first];
@@ -598,36 +649,42 @@ impl PostgresStore {
                 if let Some(drained_at_ms) = drained_at_ms {
                     record.mark_drained(*drained_at_ms);
                 }
-                self.written_silos
-                    .remember(cluster, under.silo_ttl_ms, SiloCopy::written(record));
+                self.written_silos.remember(
+                    cluster,
+                    write.under.silo_ttl_ms,
+                    SiloCopy::written(record),
+                );
             }
         }
     }
 }
 
-/// How a batch's folded records are written: each row only if it is still the version that was
-/// folded onto, and only if the cluster's TTL and the database's instant are what the records
-/// were folded under (`$11`; `$12`–`$13`). The rows are locked first, one by one in the order
-/// given — silo order — so that two batches naming the same silos wait for each other instead of
-/// deadlocking (which Postgres would only notice after `deadlock_timeout`, a second). Each row is
-/// found by its key, whatever the statistics; every table is read for the one cluster named.
-/// `c` is the cluster's TTL and the statement's instant, `written` the rows changed.
-const HEARTBEAT_WRITE: &str = "c AS (
-        SELECT silo_ttl_ms, COALESCE($10::int8, oracle_now_ms()) AS now FROM clusters
-        WHERE name = $1
-     ),
+/// How a batch's folded records are written, whatever their clusters: each row only if it is
+/// still the version that was folded onto, and only if its cluster's TTL and the database's
+/// instant are what the row was folded under (`$11`; `$12`–`$13`, each a column). Every row is
+/// found by its whole key, cluster first, from the statement's own list (on an engine sharded by
+/// cluster, each row's shard). The rows are locked first, one by one in the order given —
+/// (cluster, silo) order — so that two batches naming the same silos wait for each other instead
+/// of deadlocking (which Postgres would only notice after `deadlock_timeout`, a second). `t` is
+/// the statement's instant, `written` the rows changed.
+const HEARTBEAT_WRITE: &str = "t AS (SELECT COALESCE($10::int8, oracle_now_ms()) AS now),
      u AS (
-        SELECT * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[],
-                             $6::int8[], $7::text[], $8::int8[], $9::int8[])
-                 AS u(silo, address, status, last_heartbeat_ms, heartbeat_count,
-                      profile, previous_count, protected_until_ms)
+        SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
+                             $6::int8[], $7::text[], $8::int8[], $9::int8[], $11::int8[],
+                             $12::int8[], $13::int8[])
+                 AS u(cluster, silo, address, status, last_heartbeat_ms, heartbeat_count,
+                      profile, previous_count, protected_until_ms, silo_ttl_ms, earliest,
+                      latest)
      ),
      locked AS (
-        SELECT s.silo FROM u
-        JOIN c ON c.silo_ttl_ms = $11 AND c.now BETWEEN $12 AND $13
-        JOIN LATERAL (SELECT s.silo, s.status, s.heartbeat_count FROM silos s
-                      WHERE s.cluster = $1 AND s.silo = u.silo LIMIT 1) s ON true
-        WHERE s.status <> 'dead' AND s.heartbeat_count = u.previous_count
+        SELECT s.cluster, s.silo FROM u
+        CROSS JOIN t
+        JOIN LATERAL (SELECT c.silo_ttl_ms FROM clusters c
+                      WHERE c.name = u.cluster) c ON c.silo_ttl_ms = u.silo_ttl_ms
+        JOIN LATERAL (SELECT s.cluster, s.silo, s.status, s.heartbeat_count FROM silos s
+                      WHERE s.cluster = u.cluster AND s.silo = u.silo LIMIT 1) s ON true
+        WHERE t.now BETWEEN u.earliest AND u.latest
+          AND s.status <> 'dead' AND s.heartbeat_count = u.previous_count
         FOR NO KEY UPDATE OF s
      ),
      written AS (
@@ -635,14 +692,15 @@ const HEARTBEAT_WRITE: &str = "c AS (
                status = CASE WHEN s.drained_at_ms IS NULL THEN u.status ELSE 'shutting_down' END,
                last_heartbeat_ms = u.last_heartbeat_ms, heartbeat_count = u.heartbeat_count,
                profile = u.profile::json, protected_until_ms = u.protected_until_ms
-        FROM u JOIN locked l ON l.silo = u.silo
-        WHERE s.cluster = $1 AND s.silo = u.silo AND s.status <> 'dead'
+        FROM u JOIN locked l ON l.cluster = u.cluster AND l.silo = u.silo
+        WHERE s.cluster = u.cluster AND s.silo = u.silo AND s.status <> 'dead'
           AND s.heartbeat_count = u.previous_count
-        RETURNING s.silo, s.drained_at_ms
+        RETURNING s.cluster, s.silo, s.drained_at_ms
      )";
 
-/// What the records of a batched write were folded under, which the write checks before it
-/// changes a row.
+/// What a record of a batched write was folded under, which the write checks before it changes
+/// its row.
+#[derive(Clone, Copy)]
 struct FoldedUnder {
     /// The cluster's TTL.
     silo_ttl_ms: Millis,
@@ -652,12 +710,6 @@ struct FoldedUnder {
 }
 
 impl FoldedUnder {
-    /// Nothing folded yet: no TTL, judged at a read's instant.
-    const NOTHING: Self = Self {
-        silo_ttl_ms: 0,
-        stamped_at: None,
-    };
-
     /// The database instants at which the write may land. Records folded after a read were judged
     /// at the read's instant, which the write's follows; records folded onto a copy were judged at
     /// `stamped_at`, which the write's instant must not have passed (the stamp is then no earlier
@@ -731,17 +783,8 @@ struct PendingWrite {
     record: SiloRecord,
     /// The row's version (`heartbeat_count`) as read.
     previous_count: i64,
-}
-
-/// The one cluster a batched statement's rows are all of (a batch is split by cluster before it
-/// reaches the statements: every statement names one cluster).
-fn one_cluster<'a>(mut clusters: impl Iterator<Item = &'a str>) -> &'a str {
-    let first = clusters.next().unwrap_or_default();
-    debug_assert!(
-        clusters.all(|c| c == first),
-        "a batched statement spans clusters"
-    );
-    first
+    /// What it was folded under.
+    under: FoldedUnder,
 }
 
 /// Puts `writes` in (cluster, silo) order, the order a batched write locks its rows in.
@@ -761,21 +804,21 @@ struct HeartbeatColumns<'a> {
     profiles: Vec<String>,
     previous_counts: Vec<i64>,
     protected_until: Vec<Millis>,
+    ttls: Vec<Millis>,
+    earliest: Vec<Millis>,
+    latest: Vec<Millis>,
 }
 
 impl<'a> HeartbeatColumns<'a> {
-    /// Binds `$1`–`$13` of [`HEARTBEAT_WRITE`]: the cluster, these columns, the test clock's
-    /// instant, and what the records were folded under.
+    /// Binds `$1`–`$13` of [`HEARTBEAT_WRITE`]: these columns, the test clock's instant, and what
+    /// each record was folded under.
     fn bind<'q>(
         &'q self,
         query: Query<'q, Postgres, PgArguments>,
-        cluster: &'q str,
         now: Option<Millis>,
-        under: &FoldedUnder,
     ) -> Query<'q, Postgres, PgArguments> {
-        let (earliest, latest) = under.window();
         query
-            .bind(cluster)
+            .bind(&self.clusters)
             .bind(&self.silos)
             .bind(&self.addresses)
             .bind(&self.statuses)
@@ -785,9 +828,9 @@ impl<'a> HeartbeatColumns<'a> {
             .bind(&self.previous_counts)
             .bind(&self.protected_until)
             .bind(now)
-            .bind(under.silo_ttl_ms)
-            .bind(earliest)
-            .bind(latest)
+            .bind(&self.ttls)
+            .bind(&self.earliest)
+            .bind(&self.latest)
     }
 
     /// The columns of `writes`, which must be in (cluster, silo) order: the statement locks the
@@ -798,7 +841,7 @@ impl<'a> HeartbeatColumns<'a> {
     ) -> Result<Self, StoreError> {
         let mut columns = Self::default();
         for write in writes.iter() {
-            columns.push(&silos[write.first].0, &write.record, write.previous_count)?;
+            columns.push(&silos[write.first].0, write)?;
         }
         Ok(columns)
     }
@@ -806,9 +849,10 @@ impl<'a> HeartbeatColumns<'a> {
     fn push(
         &mut self,
         cluster: &'a ClusterName,
-        record: &'a SiloRecord,
-        previous_count: i64,
+        write: &'a PendingWrite,
     ) -> Result<(), StoreError> {
+        let record = &write.record;
+        let (earliest, latest) = write.under.window();
         self.clusters.push(cluster.as_str());
         self.silos.push(record.id.as_str());
         self.addresses.push(&record.profile.address);
@@ -816,8 +860,11 @@ impl<'a> HeartbeatColumns<'a> {
         self.last_heartbeats.push(record.last_heartbeat_ms);
         self.counts.push(record.heartbeat_count);
         self.profiles.push(profile_text(&record.profile)?);
-        self.previous_counts.push(previous_count);
+        self.previous_counts.push(write.previous_count);
         self.protected_until.push(record.protected_until_ms);
+        self.ttls.push(write.under.silo_ttl_ms);
+        self.earliest.push(earliest);
+        self.latest.push(latest);
         Ok(())
     }
 }
