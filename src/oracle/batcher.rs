@@ -3,15 +3,9 @@
 //! Under load many requests want a directory lookup (or a registration) at the same moment; each
 //! one alone costs a database round trip, and on a small machine the round trips — not the queries
 //! — are the bottleneck. A [`Batcher`] queues those calls and runs whatever has queued as one store
-//! call, with at most a few batches in flight. Unless paced (below), no call waits on a timer for
-//! others to join it: an idle oracle runs a call the moment it arrives (a batch of one), a busy
-//! one batches exactly as much as piled up while the previous batches ran.
-//!
-//! A batcher may be paced: a run then starts no sooner than [`Limits::pace`] after the one before
-//! it started, and the calls that arrive meanwhile ride it together. An idle batcher still runs a
-//! call at once; a busy one makes fewer, fuller runs at the cost of up to the pace in waiting —
-//! for calls whose answer can wait a few milliseconds (heartbeats), the cheapest way to fewer
-//! statements and commits.
+//! call, with at most a few batches in flight. No call waits on a timer for others to join it: an
+//! idle oracle runs a call the moment it arrives (a batch of one), a busy one batches exactly as
+//! much as piled up while the previous batches ran.
 //!
 //! Correctness is untouched: every call is still answered by the store, by a query that starts
 //! after the call was made, so no answer is older than the request that asked for it.
@@ -50,8 +44,6 @@ pub struct Limits {
     pub overlap_after: Duration,
     /// Most calls waiting; one more is refused at once.
     pub max_queued: usize,
-    /// Least time from one run's start to the next's (zero: none).
-    pub pace: Duration,
 }
 
 /// A queue in front of one batched store operation taking `I`s and answering one `O` each.
@@ -72,14 +64,12 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
             max_in_flight,
             overlap_after,
             max_queued,
-            pace,
         } = limits;
         let (queue, mut incoming) = mpsc::channel::<(I, Reply<O>)>(max_queued);
         let run = Arc::new(run);
         let slots = Arc::new(Semaphore::new(max_in_flight));
         let runs = Arc::new(Runs::default());
         tokio::spawn(async move {
-            let mut last_start: Option<Instant> = None;
             loop {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
@@ -90,10 +80,6 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
                     let Some(first) = incoming.recv().await else {
                         return;
                     };
-                    if let Some(turn) = last_start.and_then(|start| start.checked_add(pace)) {
-                        // Paced: the calls arriving until the turn ride this run too.
-                        tokio::time::sleep_until(turn).await;
-                    }
                     batch.extend(Some(first).filter(|(_, reply)| !reply.is_closed()));
                     while batch.len() < max_batch {
                         match incoming.try_recv() {
@@ -103,7 +89,6 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
                         }
                     }
                 }
-                last_start = Some(Instant::now());
                 let run = run.clone();
                 let this_run = runs.start();
                 tokio::spawn(async move {
@@ -241,7 +226,6 @@ mod tests {
             max_in_flight,
             overlap_after: Duration::ZERO,
             max_queued,
-            pace: Duration::ZERO,
         }
     }
 
@@ -250,7 +234,6 @@ mod tests {
     #[allow(clippy::type_complexity)]
     fn held_runs(
         overlap_after: Duration,
-        pace: Duration,
     ) -> (
         Arc<Batcher<u32, u32>>,
         mpsc::UnboundedReceiver<(Vec<u32>, oneshot::Sender<()>)>,
@@ -261,7 +244,6 @@ mod tests {
             max_in_flight: 2,
             overlap_after,
             max_queued: 100,
-            pace,
         };
         let batcher = Batcher::spawn(limits, move |inputs: Vec<u32>| {
             let (release, released) = oneshot::channel();
@@ -291,7 +273,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_behind_a_quick_run_wait_for_it_and_then_ride_one_run_together() {
-        let (batcher, mut runs) = held_runs(Duration::from_millis(5), Duration::ZERO);
+        let (batcher, mut runs) = held_runs(Duration::from_millis(5));
         let first = call(&batcher, 0);
         let (inputs, release_first) = next_run(&mut runs).await;
         let started = Instant::now();
@@ -319,7 +301,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_run_holds_the_next_calls_up_only_for_the_overlap_delay() {
-        let (batcher, mut runs) = held_runs(Duration::from_millis(5), Duration::ZERO);
+        let (batcher, mut runs) = held_runs(Duration::from_millis(5));
         let _stuck = call(&batcher, 0);
         let (_, _never_released) = next_run(&mut runs).await;
         let started = Instant::now();
@@ -339,46 +321,6 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO);
         release.send(()).unwrap();
         assert_eq!(after.await.unwrap(), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_paced_batcher_runs_an_idle_call_at_once_and_gathers_calls_until_its_turn() {
-        let pace = Duration::from_millis(5);
-        let (batcher, mut runs) = held_runs(Duration::ZERO, pace);
-        let started = Instant::now();
-        let first = call(&batcher, 0);
-        let (inputs, release) = next_run(&mut runs).await;
-        assert_eq!(inputs, vec![0]);
-        assert_eq!(
-            started.elapsed(),
-            Duration::ZERO,
-            "an idle call runs at once"
-        );
-        release.send(()).unwrap();
-        assert_eq!(first.await.unwrap(), 0);
-        // The first run ended at once; calls arriving within the pace wait for its turn together.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let early = call(&batcher, 1);
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let later = call(&batcher, 2);
-        let (inputs, release) = next_run(&mut runs).await;
-        assert_eq!(inputs, vec![1, 2], "the calls of one pace share a run");
-        assert_eq!(
-            started.elapsed(),
-            pace,
-            "the run starts a pace after the one before"
-        );
-        release.send(()).unwrap();
-        assert_eq!((early.await.unwrap(), later.await.unwrap()), (1, 2));
-        // A call arriving more than a pace after the last run started runs at once.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let idle = Instant::now();
-        let alone = call(&batcher, 3);
-        let (inputs, release) = next_run(&mut runs).await;
-        assert_eq!(inputs, vec![3]);
-        assert_eq!(idle.elapsed(), Duration::ZERO);
-        release.send(()).unwrap();
-        assert_eq!(alone.await.unwrap(), 3);
     }
 
     #[tokio::test]

@@ -65,11 +65,6 @@ const READS_OVERLAP_AFTER: std::time::Duration = std::time::Duration::ZERO;
 /// per call), and a batch stuck behind a lock or a slow store holds the rest up for no longer
 /// than this.
 const WRITES_OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
-/// Heartbeats are written in runs at least this far apart: under load the heartbeats of every
-/// cluster arriving meanwhile share one statement and one commit (a silo beating once a second
-/// and its lease of two thirds of the TTL wait for nothing that matters); idle, a heartbeat is
-/// written at once.
-pub(crate) const HEARTBEATS_PACE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Most calls one batcher holds waiting for the store; beyond it a call is refused at once (503
 /// with Retry-After) instead of queueing without bound while the store is slow.
 const MAX_QUEUED_CALLS: usize = 20_000;
@@ -232,7 +227,6 @@ fn lock_rng(rng: &SharedRng) -> std::sync::MutexGuard<'_, ChaCha8Rng> {
 fn store_batcher<I, O, F, Fut>(
     store: &Arc<dyn Store>,
     overlap_after: std::time::Duration,
-    pace: std::time::Duration,
     run: F,
 ) -> Batcher<I, O>
 where
@@ -247,7 +241,6 @@ where
         max_in_flight: BATCHES_IN_FLIGHT,
         overlap_after,
         max_queued: MAX_QUEUED_CALLS,
-        pace,
     };
     Batcher::spawn(limits, move |calls| run(store.clone(), calls))
 }

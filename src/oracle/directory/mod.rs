@@ -160,24 +160,9 @@ impl Directory {
         webhook_hosts: WebhookHosts,
     ) -> Self {
         Self {
-            lookups: store_batcher(
-                &store,
-                READS_OVERLAP_AFTER,
-                std::time::Duration::ZERO,
-                lookup_batch,
-            ),
-            registrations: store_batcher(
-                &store,
-                WRITES_OVERLAP_AFTER,
-                std::time::Duration::ZERO,
-                register_batch,
-            ),
-            proposals: store_batcher(
-                &store,
-                WRITES_OVERLAP_AFTER,
-                std::time::Duration::ZERO,
-                propose_batch,
-            ),
+            lookups: store_batcher(&store, READS_OVERLAP_AFTER, lookup_batch),
+            registrations: store_batcher(&store, WRITES_OVERLAP_AFTER, register_batch),
+            proposals: store_batcher(&store, WRITES_OVERLAP_AFTER, propose_batch),
             store,
             views,
             rng,

@@ -45,12 +45,7 @@ impl Members {
 
     pub(super) fn new(store: Arc<dyn Store>, views: Arc<ClusterViews>) -> Self {
         Self {
-            heartbeats: super::store_batcher(
-                &store,
-                super::WRITES_OVERLAP_AFTER,
-                super::HEARTBEATS_PACE,
-                heartbeat_batch,
-            ),
+            heartbeats: super::store_batcher(&store, super::WRITES_OVERLAP_AFTER, heartbeat_batch),
             store,
             views,
             deferred_deaths: Mutex::default(),
