@@ -8,6 +8,7 @@ use placement_oracle::rate_limit::Rates;
 use placement_oracle::Limits;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::helpers::{Backend, Reply, TestApp, MAX_CONCURRENT_REQUESTS, TTL_MS};
 
@@ -51,6 +52,32 @@ async fn gated_webhook() -> (String, mpsc::UnboundedReceiver<()>, watch::Sender<
     (format!("http://{address}/choose"), questions, gate)
 }
 
+/// One placement (`user/held`) in flight on `app`, routed to a [`gated_webhook`] and waiting
+/// there, so that it holds its request slot; it is answered once the returned gate is opened.
+async fn hold_a_placement(app: &TestApp) -> (JoinHandle<Reply>, watch::Sender<bool>) {
+    let (url, mut questions, gate) = gated_webhook().await;
+    let policy = json!({ "grain_types": { "user": {
+        "strategy": "webhook",
+        "options": { "webhook": { "url": url, "timeout_ms": 2_000, "fallback": "hash_based" } }
+    } } });
+    assert_eq!(
+        app.put_policy(Some("*"), policy).await.status,
+        StatusCode::OK
+    );
+    let held = tokio::spawn({
+        let app = app.clone();
+        async move {
+            app.post("/placements", json!({ "grain": "user/held" }))
+                .await
+        }
+    });
+    questions
+        .recv()
+        .await
+        .expect("the held placement asks the webhook");
+    (held, gate)
+}
+
 #[tokio::test]
 async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_health_checks() {
     let app = TestApp::builder(Backend::Memory)
@@ -65,28 +92,8 @@ async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_hea
         app.metric(shed_placements).await,
     );
     app.heartbeat("a@1", json!({})).await;
-    let (url, mut questions, gate) = gated_webhook().await;
-    let policy = json!({ "grain_types": { "user": {
-        "strategy": "webhook",
-        "options": { "webhook": { "url": url, "timeout_ms": 2_000, "fallback": "hash_based" } }
-    } } });
-    assert_eq!(
-        app.put_policy(Some("*"), policy).await.status,
-        StatusCode::OK
-    );
-
     // One placement in flight: it waits for the webhook, which waits for the gate.
-    let held = tokio::spawn({
-        let app = app.clone();
-        async move {
-            app.post("/placements", json!({ "grain": "user/held" }))
-                .await
-        }
-    });
-    questions
-        .recv()
-        .await
-        .expect("the held placement asks the webhook");
+    let (held, gate) = hold_a_placement(&app).await;
 
     let shed = app.post("/placements", json!({ "grain": "order/1" })).await;
     let problem = shed.problem(StatusCode::SERVICE_UNAVAILABLE);
@@ -285,23 +292,7 @@ async fn a_replica_that_sheds_a_heartbeat_declares_no_silo_dead_for_that_silence
         .build()
         .await;
     app.heartbeat("busy@1", json!({})).await;
-    let (url, mut questions, gate) = gated_webhook().await;
-    let policy = json!({ "grain_types": { "user": {
-        "strategy": "webhook",
-        "options": { "webhook": { "url": url, "timeout_ms": 2_000, "fallback": "hash_based" } }
-    } } });
-    assert_eq!(
-        app.put_policy(Some("*"), policy).await.status,
-        StatusCode::OK
-    );
-    let held = tokio::spawn({
-        let app = app.clone();
-        async move {
-            app.post("/placements", json!({ "grain": "user/held" }))
-                .await
-        }
-    });
-    questions.recv().await.expect("the held placement waits");
+    let (held, gate) = hold_a_placement(&app).await;
 
     // Silent past its TTL, then its heartbeat is shed.
     app.clock.advance_ms(2 * TTL_MS);

@@ -1100,19 +1100,15 @@ async fn a_batch_across_clusters_answers_each_as_its_cluster_alone_would(backend
     };
     let mut answers = Vec::new();
     for round in 0..4 {
-        if round == 1 {
+        let south_ttl = match round {
+            1 => Some(longer),
+            3 => Some(TTL_MS),
+            _ => None,
+        };
+        if let Some(ttl) = south_ttl {
             for store in [&batched, &single] {
                 store
-                    .put_policy(&south, &policy(longer), None)
-                    .await
-                    .unwrap()
-                    .unwrap();
-            }
-        }
-        if round == 3 {
-            for store in [&batched, &single] {
-                store
-                    .put_policy(&south, &policy(TTL_MS), None)
+                    .put_policy(&south, &policy(ttl), None)
                     .await
                     .unwrap()
                     .unwrap();
