@@ -4,6 +4,7 @@
 1,000 clusters × 20 silos (by default) join through the first replica; then, with 1, 2 and 3
 replicas running on the same database, it measures:
 
+- the database alone, no replica attached (the floor the figures below stand on);
 - the background work alone (no client traffic; silos' TTL long enough that none dies): each
   replica's CPU and store calls per second and the clusters it runs (its
   `oracle_background_clusters_run`), and the database's CPU (every process of the `postgres`
@@ -13,6 +14,8 @@ replicas running on the same database, it measures:
   requests/s, p50, p99.
 
 Usage: bench/clusters/run.py --bin target/release/placement-oracle [--clusters 1000] [--silos 20]
+       [--idle 20] [--load 10]   (--load 0: the background work alone, e.g. an idle fleet of
+       --clusters 5000 --silos 10)
 Needs wrk and a Postgres the user may create databases on (BENCH_DATABASE_SERVER).
 """
 
@@ -113,7 +116,8 @@ def main():
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--silos", type=int, default=20)
     parser.add_argument("--idle", type=int, default=20, help="seconds of background alone")
-    parser.add_argument("--load", type=int, default=10, help="seconds of each client load")
+    parser.add_argument("--load", type=int, default=10,
+                        help="seconds of each client load (0: the background work alone)")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--port", type=int, default=18180)
     args = parser.parse_args()
@@ -132,6 +136,17 @@ def main():
             rps = wrk("heartbeats.lua", replicas[0].base, 5, args.connections,
                       dict(env, BENCH_OFFSET=str(offset)))[0]
             offset += int(rps * 5 / 2)
+        # Settled, as a fleet that has run a while is: the join's dead row versions vacuumed now
+        # rather than by autovacuum in the middle of a measure.
+        psql(database, "VACUUM (ANALYZE)")
+        # The floor: the database with no replica attached, for as long as each measure.
+        replicas[0].stop()
+        time.sleep(2)
+        db_before, started = postgres_ticks(), time.time()
+        time.sleep(args.idle)
+        floor = (postgres_ticks() - db_before) * 1000 / HZ / (time.time() - started)
+        say(f"the database alone: {floor:.1f} ms of CPU a second")
+        replicas[0] = Replica(args.bin, database, 1, args.port)
         for count in (1, 2, 3):
             while len(replicas) < count:
                 replicas.append(Replica(args.bin, database, len(replicas) + 1,
@@ -157,10 +172,13 @@ def main():
                 calls = (metric(r.base, "oracle_store_call_duration_seconds_count") - c0) / elapsed
                 owned = metric(r.base, "oracle_background_clusters_run")
                 per_replica.append((r.name, int(owned), cpu, calls))
-            say(f"{count} replica(s): placements and heartbeats through {replicas[0].name}")
-            placements = wrk("placements.lua", replicas[0].base, args.load, args.connections,
-                             dict(env, BENCH_GRAINS="200"))
-            heartbeats = wrk("heartbeats.lua", replicas[0].base, args.load, args.connections, env)
+            placements = heartbeats = None
+            if args.load > 0:
+                say(f"{count} replica(s): placements and heartbeats through {replicas[0].name}")
+                placements = wrk("placements.lua", replicas[0].base, args.load, args.connections,
+                                 dict(env, BENCH_GRAINS="200"))
+                heartbeats = wrk("heartbeats.lua", replicas[0].base, args.load, args.connections,
+                                 env)
             rows.append({"replicas": count, "background": per_replica, "db_cpu_ms_per_s": db_cpu,
                          "placements": placements, "heartbeats": heartbeats})
             print(json.dumps(rows[-1]), flush=True)
@@ -168,14 +186,17 @@ def main():
         for r in replicas:
             r.stop()
     print()
+    print(f"The database alone (no replica attached): {floor:.1f} ms of CPU a second.")
+    print()
     print("| replicas | per replica: clusters run, CPU ms/s, store calls/s | database CPU ms/s | placements/s, p50, p99 ms | heartbeats/s, p50, p99 ms |")
     print("|---:|---|---:|---|---|")
     for row in rows:
         background = "; ".join(f"{name}: {owned}, {cpu:.0f}, {calls:.0f}"
                                for name, owned, cpu, calls in row["background"])
-        p, h = row["placements"], row["heartbeats"]
+        loads = [f"{r[0]:.0f}, {r[1]:.2f}, {r[2]:.2f}" if r else "—"
+                 for r in (row["placements"], row["heartbeats"])]
         print(f"| {row['replicas']} | {background} | {row['db_cpu_ms_per_s']:.0f} | "
-              f"{p[0]:.0f}, {p[1]:.2f}, {p[2]:.2f} | {h[0]:.0f}, {h[1]:.2f}, {h[2]:.2f} |")
+              f"{loads[0]} | {loads[1]} |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 //! The clusters' background work, on the replica that owns each: every [`TICK`] the movers of the
 //! clusters whose grains may move (stale migrations, drains, the rebalancer, the repartitioner),
 //! and every [`SWEEP_EVERY`] ticks the ownership ([`Ownership::refresh`]: the live replicas, the
-//! clusters, which are this replica's) and each owned cluster's sweep under its lease (one
-//! statement when nothing is due, [`Members::sweep_cluster`]). Every few seconds the gauges and
-//! the metrics recorder's upkeep.
+//! clusters, which are this replica's) and the owned clusters' sweep under their leases. An idle
+//! fleet costs a replica a few statements a second however many clusters it runs: one read of
+//! what is due in them all ([`Members::sweep_clusters`], a page of clusters a statement) and,
+//! every third of the lease TTL, one renewal of their leases ([`Ownership::leases`]). Every five
+//! seconds the metrics recorder's upkeep, and the gauges every five seconds times the live
+//! replicas (the replicas take turns, so the store's counts are read once per five seconds).
 //!
 //! Each replica works on its own clusters only, so R replicas share the work instead of doing it
 //! R times; the lease still makes exactly one of them act for a cluster, and another takes over
@@ -22,8 +25,11 @@ use crate::telemetry::metric;
 pub const TICK: Duration = Duration::from_millis(500);
 /// Every how many ticks ownership is refreshed and the owned clusters swept (a second).
 pub const SWEEP_EVERY: u64 = 2;
-/// Every how many ticks the gauges are refreshed and the metrics recorder's upkeep runs (it
-/// drains histogram samples that would otherwise pile up while nobody scrapes).
+/// Every how many ticks the metrics recorder's upkeep runs (it drains histogram samples that
+/// would otherwise pile up while nobody scrapes), and the replicas between them refresh the
+/// store-wide gauges: each replica every this many ticks times the live replicas, so the database
+/// counts every cluster's silos once per period however many replicas run (a count over a large
+/// fleet costs tens of milliseconds).
 const GAUGES_EVERY: u64 = 10;
 
 /// The parts of the oracle the background work drives.
@@ -41,6 +47,7 @@ pub async fn run_clusters(work: ClusterWork, shutdown: impl Future<Output = ()>)
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     let mut moving: BTreeSet<ClusterName> = BTreeSet::new();
+    let mut gauges_at = 0;
     for tick in 0u64.. {
         tokio::select! {
             _ = &mut shutdown => return,
@@ -49,8 +56,13 @@ pub async fn run_clusters(work: ClusterWork, shutdown: impl Future<Output = ()>)
         metric::background_tick();
         if tick % GAUGES_EVERY == 0 {
             crate::telemetry::metrics_handle().run_upkeep();
+        }
+        if tick >= gauges_at {
+            let replicas = work.ownership.live_replicas().max(1) as u64;
+            gauges_at = tick + GAUGES_EVERY * replicas;
             if let Err(error) = work.members.refresh_gauges().await {
                 tracing::warn!(%error, "cannot refresh the gauges; retrying");
+                gauges_at = tick + GAUGES_EVERY;
             }
         }
         if tick % SWEEP_EVERY == 0 {
@@ -79,8 +91,9 @@ pub async fn run_stamps(ownership: Arc<Ownership>, shutdown: impl Future<Output 
     }
 }
 
-/// Refreshes ownership and sweeps each owned cluster whose lease this replica holds; returns
-/// those whose grains may move.
+/// Refreshes ownership, takes or renews the leases of the owned clusters, and sweeps those it
+/// holds (one claim and one read of what is due for them all, [`Members::sweep_clusters`]);
+/// returns those whose grains may move.
 async fn sweep_owned(work: &ClusterWork) -> BTreeSet<ClusterName> {
     let owned = match work.ownership.refresh().await {
         Ok(refreshed) => {
@@ -94,30 +107,26 @@ async fn sweep_owned(work: &ClusterWork) -> BTreeSet<ClusterName> {
             return BTreeSet::new();
         }
     };
-    let mut moving = BTreeSet::new();
-    let mut run = 0;
-    for cluster in owned {
-        match work.ownership.lease(&cluster).await {
-            Ok(Some(_)) => {}
-            Ok(None) => continue,
-            Err(error) => {
-                tracing::warn!(%cluster, %error, "cannot take the cluster's lease; retrying next tick");
-                continue;
-            }
+    let held = match work.ownership.leases(&owned).await {
+        Ok(held) => held,
+        Err(error) => {
+            tracing::warn!(%error, "cannot take the clusters' leases; retrying next tick");
+            return BTreeSet::new();
         }
-        run += 1;
-        match work.members.sweep_cluster(&cluster).await {
-            Ok(sweep) if sweep.moving => {
-                moving.insert(cluster);
+    };
+    metric::clusters_run(held.len());
+    match work.members.sweep_clusters(&held).await {
+        Ok(swept) => {
+            for (cluster, error) in &swept.failed {
+                tracing::error!(%cluster, %error, "the cluster's sweep failed; retrying next tick");
             }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::error!(%cluster, %error, "the cluster's sweep failed; retrying next tick")
-            }
+            swept.moving
+        }
+        Err(error) => {
+            tracing::error!(%error, "the clusters' sweep failed; retrying next tick");
+            BTreeSet::new()
         }
     }
-    metric::clusters_run(run);
-    moving
 }
 
 /// One movers' step for `cluster`, logged.

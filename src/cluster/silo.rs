@@ -148,6 +148,14 @@ impl SiloRecord {
         }
     }
 
+    /// From when (store clock) the silo is silent under `silo_ttl_ms` if it beats no more: its
+    /// TTL past its last heartbeat, and its protection over. A heartbeat only moves it later; a
+    /// lower TTL moves it earlier.
+    pub fn silent_from(&self, silo_ttl_ms: Millis) -> Millis {
+        self.protected_until_ms
+            .max(self.last_heartbeat_ms.saturating_add(silo_ttl_ms))
+    }
+
     /// The record as a drain requested at `drained_at_ms` leaves it: shutting down whatever the
     /// silo reported, since a drained silo takes no new activations while its grains move away.
     pub fn mark_drained(&mut self, drained_at_ms: Millis) {

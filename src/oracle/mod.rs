@@ -31,7 +31,7 @@ pub use directory::{
     CacheSettings, Directory, Distribution, Flow, Outcome, Page, PlaceRequest, Placement, Preview,
     SiloShare, MAX_WEBHOOK_ANSWER_BYTES,
 };
-pub use members::{ClusterSweep, Members, SiloListing};
+pub use members::{Members, SiloListing, Swept};
 pub use movers::{
     Drained, DriverStep, EdgesTaken, MigrationListing, Moved, Movers, RebalancerCycle,
     RebalancerStatus, RepartitionerRound, RepartitionerStatus,

@@ -23,7 +23,7 @@ use super::{OracleError, Replica};
 use crate::clock::Millis;
 use crate::cluster::ownership::owns;
 use crate::cluster::ClusterName;
-use crate::store::{Lease, LeaseClaim, Store};
+use crate::store::{Lease, Store};
 use crate::telemetry::metric;
 
 /// How often the list of clusters is read again (a cluster created meanwhile waits that long for
@@ -141,6 +141,12 @@ impl Ownership {
         Ok(())
     }
 
+    /// How many replicas this one saw alive at its last stamp (itself included; 0 before its
+    /// first).
+    pub fn live_replicas(&self) -> usize {
+        self.lock().replicas.len()
+    }
+
     /// Every cluster, a page at a time.
     async fn all_clusters(&self) -> Result<Vec<ClusterName>, OracleError> {
         let mut clusters: Vec<ClusterName> = Vec::new();
@@ -154,34 +160,51 @@ impl Ownership {
         }
     }
 
-    /// The lease of `cluster` for its background work: the one held while two thirds of it are
-    /// left, else taken or renewed now. `None` when another replica holds it (an operator's
-    /// request taken there, or an owner that has not seen this replica yet).
-    pub async fn lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, OracleError> {
+    /// Which of `clusters` this replica holds the lease of for their background work: those
+    /// held while two thirds of the lease are left, and the rest taken or renewed now, all in one
+    /// claim (a page of clusters a statement). A cluster left out is held by another replica (an
+    /// operator's request taken there, or an owner that has not seen this replica yet), or gone.
+    pub async fn leases(&self, clusters: &[ClusterName]) -> Result<Vec<ClusterName>, OracleError> {
         let ttl = Duration::from_millis(u64::try_from(self.replica.lease_ttl_ms).unwrap_or(0));
-        if let Some((lease, at)) = self.lock().leases.get(cluster) {
-            if at.elapsed() < ttl / 3 {
-                return Ok(Some(lease.clone()));
+        let to_claim: Vec<ClusterName> = {
+            let state = self.lock();
+            clusters
+                .iter()
+                .filter(|c| {
+                    state
+                        .leases
+                        .get(*c)
+                        .is_none_or(|(_, at)| at.elapsed() >= ttl / 3)
+                })
+                .cloned()
+                .collect()
+        };
+        let claimed_at = Instant::now();
+        let claimed = if to_claim.is_empty() {
+            Default::default()
+        } else {
+            self.store
+                .claim_leases(&to_claim, &self.replica.id, self.replica.lease_ttl_ms)
+                .await?
+        };
+        let mut state = self.lock();
+        for cluster in &to_claim {
+            match claimed.get(cluster) {
+                Some(lease) => {
+                    state
+                        .leases
+                        .insert(cluster.clone(), (lease.clone(), claimed_at));
+                }
+                None => {
+                    state.leases.remove(cluster);
+                }
             }
         }
-        let claimed_at = Instant::now();
-        let claim = self
-            .store
-            .claim_lease(cluster, &self.replica.id, self.replica.lease_ttl_ms)
-            .await?;
-        let mut state = self.lock();
-        Ok(match claim {
-            LeaseClaim::Held(lease) => {
-                state
-                    .leases
-                    .insert(cluster.clone(), (lease.clone(), claimed_at));
-                Some(lease)
-            }
-            LeaseClaim::HeldByOther(_) | LeaseClaim::NoCluster => {
-                state.leases.remove(cluster);
-                None
-            }
-        })
+        Ok(clusters
+            .iter()
+            .filter(|c| state.leases.contains_key(*c))
+            .cloned()
+            .collect())
     }
 
     /// The replica stops: its row goes and its leases are given up, so that the others take its

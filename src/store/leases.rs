@@ -1,5 +1,7 @@
 //! Cluster leases: which replica runs a cluster's background work, fenced by a growing token.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -46,6 +48,17 @@ pub trait LeaseStore: Send + Sync + 'static {
         holder: &str,
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError>;
+
+    /// Claims the leases of `clusters` for `holder`, each as [`Self::claim_lease`] would, in as
+    /// few statements as the list allows: a replica renews the leases of every cluster it runs at
+    /// once. Returns the leases `holder` holds now, by cluster; a cluster missing from the answer
+    /// is held by another replica, or unknown.
+    async fn claim_leases(
+        &self,
+        clusters: &[ClusterName],
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<BTreeMap<ClusterName, Lease>, StoreError>;
 
     /// Takes the lease for `holder` whoever holds it (a new token, unless `holder` has it
     /// unexpired: then renewed), for `ttl_ms` from now: an operator's request is served by the

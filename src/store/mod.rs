@@ -13,7 +13,7 @@
 //! a file of the same name:
 //!
 //! - `membership.rs` — [`MembershipStore`]: heartbeats, membership reads, leaves and deaths.
-//! - `background.rs` — [`BackgroundStore`]: the live replicas, and what is due in a cluster.
+//! - `background.rs` — [`BackgroundStore`]: the live replicas, and what is due in the clusters a replica runs.
 //! - `directory.rs` — [`DirectoryStore`]: the single-activation directory.
 //! - `policy.rs` — [`PolicyStore`]: the versioned cluster policy.
 //! - `pools.rs` — [`PoolStore`]: connection pools and their round-robin counters.
@@ -54,7 +54,7 @@ use async_trait::async_trait;
 use crate::clock::{Clock, Millis};
 use crate::cluster::SiloStatus;
 
-pub use background::{BackgroundStore, Due};
+pub use background::{BackgroundStore, Due, DueQuery, SilenceLook};
 pub use directory::{
     lookup_then_register, Activation, DirectoryStore, Located, NewActivation, Proposal,
     Registration,

@@ -11,6 +11,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use placement_oracle::clock::ManualClock;
 use placement_oracle::clock::MonotonicClock;
+use placement_oracle::cluster::ClusterName;
 use placement_oracle::oracle::{AdminCredentials, Oracle, OracleSettings, Replica};
 use placement_oracle::placement::webhook_hosts::WebhookHosts;
 use placement_oracle::rate_limit::{RateLimits, Rates};
@@ -18,7 +19,7 @@ use placement_oracle::secret::Secret;
 use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::postgres::{Pooling, PostgresStore};
 use placement_oracle::store::stalls::StallWatch;
-use placement_oracle::store::{Store, StoreSettings, StoreTime};
+use placement_oracle::store::{Due, Store, StoreSettings, StoreTime};
 use placement_oracle::{app, telemetry, AppState, Limits};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -584,6 +585,16 @@ impl AppBuilder {
 }
 
 /// An embedded store on `clock`.
+/// What is due in `cluster` now, its silos looked at whatever an earlier look said (the look
+/// itself left out: nothing due is `Due::default()`).
+pub async fn due_now(store: &dyn Store, cluster: &ClusterName) -> Due {
+    let mut due = store.due(&[(cluster.clone(), None)]).await.unwrap();
+    due.remove(cluster).map_or_else(Due::default, |due| Due {
+        looked: None,
+        ..due
+    })
+}
+
 pub fn memory_store(clock: &ManualClock) -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new(
         StoreSettings::with_ttl(TTL_MS),

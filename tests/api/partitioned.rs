@@ -221,10 +221,10 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
             Look::Run,
         ),
         (
-            "what is due in a cluster",
+            "what is due in a list of one cluster, its silos looked at",
             statement("AS moving"),
-            format!("{cluster}, NULL, 3600000"),
-            Look::Plan,
+            format!("ARRAY[{cluster}], ARRAY[NULL::int8], ARRAY[NULL::int8], NULL, 3600000"),
+            Look::Run,
         ),
         (
             "declaring silent silos dead",

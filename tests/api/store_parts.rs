@@ -15,11 +15,11 @@ use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
 use placement_oracle::store::{
     Completion, Due, EdgeReport, Ending, Failure, HeartbeatOutcome, Lease, LeaseClaim,
-    MigrationReason, NewActivation, NewMigration, Proposal, Refusal, Registration, Store,
-    StoreError, DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
+    MigrationReason, NewActivation, NewMigration, Proposal, Refusal, Registration, SilenceLook,
+    Store, StoreError, DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
 };
 
-use crate::helpers::{memory_store, Backend, TestDatabase, START_MS, TTL_MS};
+use crate::helpers::{due_now, memory_store, Backend, TestDatabase, START_MS, TTL_MS};
 
 /// A store of its own, on a manual clock; the database is kept alive with it.
 async fn direct(backend: Backend) -> (Arc<dyn Store>, ManualClock, Option<Arc<TestDatabase>>) {
@@ -108,7 +108,7 @@ async fn membership_records_lists_and_retires_silos(backend: Backend) {
     beat(&*store, "b@1").await;
     clock.advance_ms(TTL_MS / 2 + 1);
     assert!(
-        store.due(&cluster()).await.unwrap().silent,
+        due_now(&*store, &cluster()).await.silent,
         "c is due to be judged"
     );
     let reaped = store.reap(&cluster()).await.unwrap();
@@ -247,6 +247,58 @@ async fn pools_are_stored_and_share_one_round_robin_counter(backend: Backend) {
         store.next_round_robin(&cluster(), &name).await.unwrap(),
         Some(3)
     );
+}
+
+/// A replica renews the leases of every cluster it runs in one claim: each is claimed as alone
+/// (taken, renewed with its token, or left to the replica holding it), unknown ones left out.
+async fn the_leases_of_many_clusters_are_claimed_at_once(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    let names: Vec<ClusterName> = ["east", "north", "south"]
+        .iter()
+        .map(|n| ClusterName::parse(n).unwrap())
+        .collect();
+    let beats: Vec<(ClusterName, Heartbeat)> = names
+        .iter()
+        .map(|c| (c.clone(), heartbeat_of("s@1", 1.0, SiloStatus::Active)))
+        .collect();
+    beat_batch_across(&*store, &beats).await;
+    let other = match store.claim_lease(&names[1], "b", 10_000).await.unwrap() {
+        LeaseClaim::Held(lease) => lease,
+        claim => panic!("{claim:?}"),
+    };
+    let mut asked = names.clone();
+    asked.push(ClusterName::parse("nowhere").unwrap());
+    let held = store.claim_leases(&asked, "a", 10_000).await.unwrap();
+    assert_eq!(
+        held.keys().map(ClusterName::as_str).collect::<Vec<_>>(),
+        ["east", "south"],
+        "north is b's, nowhere is no cluster"
+    );
+    for lease in held.values() {
+        assert_eq!(
+            (lease.holder.as_str(), lease.token, lease.expires_at_ms),
+            ("a", 1, START_MS + 10_000)
+        );
+    }
+    // Renewed with their tokens; north, once b's lease runs out, taken with a new one.
+    clock.advance_ms(10_000);
+    let again = store.claim_leases(&asked, "a", 10_000).await.unwrap();
+    let tokens: Vec<(&str, i64, Millis)> = again
+        .iter()
+        .map(|(c, l)| (c.as_str(), l.token, l.expires_at_ms - clock.now_ms()))
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            ("east", 2, 10_000),
+            ("north", other.token + 1, 10_000),
+            ("south", 2, 10_000)
+        ],
+        "east and south expired at this very instant: taken anew"
+    );
+    clock.advance_ms(1_000);
+    let renewed = store.claim_leases(&names, "a", 10_000).await.unwrap();
+    assert!(renewed.iter().all(|(c, l)| l.token == again[c].token));
 }
 
 async fn a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover(backend: Backend) {
@@ -869,7 +921,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         beat(&*store, id).await;
     }
     assert!(
-        !store.due(&cluster()).await.unwrap().moving,
+        !due_now(&*store, &cluster()).await.moving,
         "nothing to move: no rebalancer, no drain, no migration"
     );
     let one = placed(&*store, "user/1", "a@1").await;
@@ -887,7 +939,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
     assert_eq!(drained.status, SiloStatus::ShuttingDown);
     assert_eq!(drained.drained_at_ms, Some(START_MS));
     assert!(
-        store.due(&cluster()).await.unwrap().moving,
+        due_now(&*store, &cluster()).await.moving,
         "a drain moves grains"
     );
     // Asked again later, the first time stays; a heartbeat saying `active` keeps it shutting down.
@@ -945,7 +997,7 @@ async fn a_drained_silo_stays_shutting_down_and_its_cluster_is_driven(backend: B
         .cancel_stale_migrations(&cluster(), 60_000)
         .await
         .unwrap();
-    assert!(!store.due(&cluster()).await.unwrap().moving);
+    assert!(!due_now(&*store, &cluster()).await.moving);
 }
 
 async fn edge_reports_are_numbered_read_in_pages_bounded_and_forgotten(backend: Backend) {
@@ -1618,31 +1670,105 @@ async fn replicas_are_seen_until_their_stamp_is_older_than_the_ttl_or_they_retir
     assert_eq!(store.announce_replica("r2", 3_000).await.unwrap(), ["r2"]);
 }
 
+/// A look at a cluster's silence says until when none of its silos can fall silent, and the
+/// next read skips its silos until then: found silent at that instant, looked at again at once
+/// when the TTL is lowered, and a silo joining after the look falls silent no earlier.
+async fn a_look_at_silence_holds_until_a_silo_may_fall_silent(backend: Backend) {
+    let (store, clock, _db) = direct(backend).await;
+    let due = |look: Option<SilenceLook>| {
+        let store = store.clone();
+        async move {
+            let mut found = store.due(&[(cluster(), look)]).await.unwrap();
+            assert!(found.len() <= 1, "{found:?}");
+            found.remove(&cluster())
+        }
+    };
+    let silent_from = |id: &'static str, ttl: Millis| {
+        let store = store.clone();
+        async move {
+            let (record, _) = store.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
+            record.silent_from(ttl)
+        }
+    };
+    beat(&*store, "a@1").await;
+    clock.advance_ms(1_000);
+    beat(&*store, "b@1").await;
+    let first = due(None).await.expect("looked at").looked.unwrap();
+    assert_eq!(
+        first,
+        SilenceLook {
+            until_ms: silent_from("a@1", TTL_MS).await,
+            ttl_ms: TTL_MS
+        },
+        "the earliest silo's silence"
+    );
+    assert!(first.until_ms <= clock.now_ms() + TTL_MS);
+
+    // Until then nothing is read, whoever beats; a silo joining falls silent later.
+    clock.advance_ms(first.until_ms - clock.now_ms() - 1);
+    beat(&*store, "c@1").await;
+    assert!(silent_from("c@1", TTL_MS).await > first.until_ms);
+    assert_eq!(
+        due(Some(first)).await,
+        None,
+        "nothing due, nothing looked at"
+    );
+
+    // At that instant a@1 is found silent.
+    clock.advance_ms(1);
+    let found = due(Some(first)).await.expect("looked at");
+    assert!(found.silent, "{found:?}");
+    assert!(found.looked.unwrap().until_ms <= clock.now_ms());
+
+    // Once a@1 is declared dead, the next silence is b@1's; a lower TTL calls for a look at
+    // once, under the new TTL.
+    assert_eq!(store.reap(&cluster()).await.unwrap().dead.len(), 1);
+    store.release_dead(&cluster(), 10).await.unwrap();
+    let calm = due(None).await.unwrap();
+    assert!(!calm.silent);
+    let calm = calm.looked.unwrap();
+    assert!(calm.until_ms > clock.now_ms());
+    assert_eq!(due(Some(calm)).await, None);
+    let shorter = TTL_MS / 4;
+    let policy = Policy {
+        silo_ttl_ms: Some(shorter as u64),
+        ..Policy::default()
+    };
+    store
+        .put_policy(&cluster(), &policy, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let lowered = due(Some(calm)).await.expect("looked at").looked.unwrap();
+    assert_eq!(lowered.ttl_ms, shorter);
+    assert!(lowered.until_ms <= clock.now_ms() + shorter);
+}
+
 async fn what_is_due_in_a_cluster_is_read_in_one_go(backend: Backend) {
     let (store, clock, _db) = direct(backend).await;
     let unknown = ClusterName::parse("nowhere").unwrap();
-    assert_eq!(store.due(&unknown).await.unwrap(), Due::default());
+    assert_eq!(due_now(&*store, &unknown).await, Due::default());
     beat(&*store, "a@1").await;
     beat(&*store, "b@1").await;
     placed(&*store, "user/1", "a@1").await;
-    assert_eq!(store.due(&cluster()).await.unwrap(), Due::default());
+    assert_eq!(due_now(&*store, &cluster()).await, Due::default());
 
     // a falls silent past the TTL: it is due to be judged, then dead and its entry released.
     clock.advance_ms(TTL_MS / 2);
     beat(&*store, "b@1").await;
     clock.advance_ms(TTL_MS / 2 + 1);
-    assert!(store.due(&cluster()).await.unwrap().silent);
+    assert!(due_now(&*store, &cluster()).await.silent);
     assert_eq!(store.reap(&cluster()).await.unwrap().dead.len(), 1);
-    let after_death = store.due(&cluster()).await.unwrap();
+    let after_death = due_now(&*store, &cluster()).await;
     assert!(!after_death.silent);
     store.release_dead(&cluster(), 10).await.unwrap();
-    assert!(!store.due(&cluster()).await.unwrap().unreleased);
+    assert!(!due_now(&*store, &cluster()).await.unreleased);
 
     // An hour on, its record is due to be forgotten, and then gone.
     clock.advance_ms(DEAD_SILO_RETENTION_MS + 1);
-    assert!(store.due(&cluster()).await.unwrap().expired);
+    assert!(due_now(&*store, &cluster()).await.expired);
     store.forget_expired(&cluster()).await.unwrap();
-    assert!(!store.due(&cluster()).await.unwrap().expired);
+    assert!(!due_now(&*store, &cluster()).await.expired);
     assert!(store
         .silo(&cluster(), &silo("a@1"))
         .await
@@ -1653,6 +1779,7 @@ async fn what_is_due_in_a_cluster_is_read_in_one_go(backend: Backend) {
 for_each_store!(
     replicas_are_seen_until_their_stamp_is_older_than_the_ttl_or_they_retire,
     what_is_due_in_a_cluster_is_read_in_one_go,
+    a_look_at_silence_holds_until_a_silo_may_fall_silent,
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     a_batch_across_clusters_answers_each_as_its_cluster_alone_would,
@@ -1672,6 +1799,7 @@ for_each_store!(
     stale_migrations_are_cancelled,
     racing_claims_give_the_lease_to_exactly_one,
     a_lease_is_held_by_one_replica_and_its_token_grows_on_every_takeover,
+    the_leases_of_many_clusters_are_claimed_at_once,
     membership_records_lists_and_retires_silos,
     the_directory_registers_once_looks_up_and_deactivates_by_epoch,
     the_policy_is_replaced_only_at_the_expected_version,

@@ -3,8 +3,9 @@
 
 mod sweeper;
 
-pub use sweeper::ClusterSweep;
+pub use sweeper::Swept;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +17,7 @@ use crate::cluster::silo::changes_membership;
 use crate::cluster::{
     heartbeat, lease, ClusterName, Heartbeat, HeartbeatRejection, Liveness, SiloId, SiloRecord,
 };
-use crate::store::{Departure, Store, StoreError};
+use crate::store::{Departure, SilenceLook, Store, StoreError};
 use crate::telemetry::metric;
 
 /// Heartbeats, membership and the sweep.
@@ -26,6 +27,8 @@ pub struct Members {
     heartbeats: Batcher<(ClusterName, Heartbeat), HeartbeatAnswer>,
     /// Deaths the sweep defers because of a store outage (see [`sweeper::DeferredDeaths`]).
     deferred_deaths: Mutex<sweeper::DeferredDeaths>,
+    /// The sweep's last look at each cluster's silence (see [`crate::store::SilenceLook`]).
+    silence_looks: Mutex<HashMap<ClusterName, SilenceLook>>,
 }
 
 /// One page of a cluster's silos.
@@ -49,6 +52,7 @@ impl Members {
             store,
             views,
             deferred_deaths: Mutex::default(),
+            silence_looks: Mutex::default(),
         }
     }
 

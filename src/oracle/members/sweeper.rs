@@ -1,5 +1,6 @@
-//! The membership sweep's steps, per cluster (run by [`crate::background`] on the replica that
-//! owns the cluster and holds its lease): declares silent silos dead, releases dead silos'
+//! The membership sweep's steps (run by [`crate::background`] on the replica that owns the
+//! clusters and holds their leases): reads what is due in many clusters at once, then in each
+//! cluster with something due declares silent silos dead, releases dead silos'
 //! directory entries in bounded chunks, forgets long-dead silos; and the gauges.
 //!
 //! The store's steps are idempotent, so two replicas that overlap on a cluster (one whose lease
@@ -7,12 +8,12 @@
 //! placements judge liveness themselves at request time, and an entry on a dead silo is never
 //! live. The sweep makes deaths and releases visible (listings, metrics) within about a second.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::Members;
 use crate::cluster::{ClusterName, SiloStatus};
-use crate::store::{Reaped, Reaping, StoreError, RELEASE_CHUNK};
+use crate::store::{Due, DueQuery, Reaped, Reaping, SilenceLook, StoreError, RELEASE_CHUNK};
 use crate::telemetry::metric;
 
 /// Longest time one sweep spends releasing entries before it lets the next tick come (each chunk
@@ -21,27 +22,31 @@ const RELEASE_BUDGET: Duration = Duration::from_millis(500);
 /// Most silo ids one death log line names; the rest are counted.
 const IDS_PER_LOG_LINE: usize = 5;
 
-/// What one cluster's sweep did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClusterSweep {
+/// What a sweep of many clusters did.
+#[derive(Debug, Default)]
+pub struct Swept {
     /// Silos it declared dead.
     pub dead: usize,
-    /// Whether the cluster's grains may have to move (its movers have work).
-    pub moving: bool,
+    /// The clusters whose grains may have to move (their movers have work).
+    pub moving: BTreeSet<ClusterName>,
+    /// The clusters whose steps failed, and why (the others were swept all the same).
+    pub failed: Vec<(ClusterName, StoreError)>,
 }
 
 impl Members {
     /// A sweep of every cluster, then the gauges (tests; the background work sweeps the
-    /// clusters each replica owns, [`Self::sweep_cluster`]). Returns how many silos it declared
-    /// dead.
+    /// clusters each replica holds the leases of, [`Self::sweep_clusters`]). Returns how many
+    /// silos it declared dead, or the first failure.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let mut dead = 0;
         let mut after: Option<ClusterName> = None;
         loop {
             let page = self.store.clusters(after.as_ref(), 1_000).await?;
-            for cluster in &page {
-                dead += self.sweep_cluster(cluster).await?.dead;
+            let swept = self.sweep_clusters(&page).await?;
+            if let Some((_, error)) = swept.failed.into_iter().next() {
+                return Err(error);
             }
+            dead += swept.dead;
             match page.last() {
                 Some(last) if page.len() == 1_000 => after = Some(last.clone()),
                 _ => break,
@@ -51,22 +56,73 @@ impl Members {
         Ok(dead)
     }
 
-    /// One cluster's sweep: reads what is due (one statement) and does only that.
-    pub async fn sweep_cluster(&self, cluster: &ClusterName) -> Result<ClusterSweep, StoreError> {
+    /// The sweep of `clusters`: reads what is due in them all (one statement per page of
+    /// clusters; a cluster's silos are read only when this replica's last look at their silence
+    /// is over), then does in each only what is due there. An error reading
+    /// what is due fails the sweep; an error in one cluster's steps is that cluster's.
+    pub async fn sweep_clusters(&self, clusters: &[ClusterName]) -> Result<Swept, StoreError> {
+        let queries: Vec<DueQuery> = {
+            let looks = self.silence_looks();
+            clusters
+                .iter()
+                .map(|c| (c.clone(), looks.get(c).copied()))
+                .collect()
+        };
         let due = self
             .store
-            .due(cluster)
+            .due(&queries)
             .await
             .inspect_err(|_| metric::store_error("due"))?;
+        {
+            let mut looks = self.silence_looks();
+            for (cluster, due) in &due {
+                if let Some(look) = due.looked {
+                    looks.insert(cluster.clone(), look);
+                }
+            }
+        }
+        {
+            // Nothing silent: whatever it deferred there is over.
+            let mut deferred = self
+                .deferred_deaths
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for cluster in clusters {
+                if !due.get(cluster).is_some_and(|d| d.silent) {
+                    deferred.note(cluster.as_str(), &[]);
+                }
+            }
+        }
+        let mut swept = Swept::default();
+        for (cluster, due) in due {
+            if !due.any() {
+                continue;
+            }
+            match self.sweep_due(&cluster, due).await {
+                Ok(dead) => swept.dead += dead,
+                Err(error) => swept.failed.push((cluster.clone(), error)),
+            }
+            if due.moving {
+                swept.moving.insert(cluster);
+            }
+        }
+        Ok(swept)
+    }
+
+    /// The last look at each cluster's silence this replica took (see [`SilenceLook`]). Kept for
+    /// every cluster it swept, so bounded by the clusters.
+    fn silence_looks(&self) -> std::sync::MutexGuard<'_, HashMap<ClusterName, SilenceLook>> {
+        self.silence_looks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What is due in `cluster`, done: deaths, releases, forgetting; returns how many silos it
+    /// declared dead.
+    async fn sweep_due(&self, cluster: &ClusterName, due: Due) -> Result<usize, StoreError> {
         let mut dead = 0;
         if due.silent {
             dead = self.declare_dead(cluster).await?.dead.len();
-        } else {
-            // Nothing silent: whatever it deferred is over.
-            self.deferred_deaths
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .note(cluster.as_str(), &[]);
         }
         if due.unreleased || dead > 0 {
             self.release_dead(cluster).await?;
@@ -77,10 +133,7 @@ impl Members {
                 .await
                 .inspect_err(|_| metric::store_error("forget_expired"))?;
         }
-        Ok(ClusterSweep {
-            dead,
-            moving: due.moving,
-        })
+        Ok(dead)
     }
 
     /// Declares dead the silos of `cluster` the death rule finds dead. Logged per cluster, not per silo: a

@@ -1,12 +1,16 @@
 //! The background work's reads in the embedded store: replicas by their last stamp (one process
-//! has one, but the same rules hold), and what is due in a cluster, read under the one lock.
+//! has one, but the same rules hold), and what is due in each cluster, read under the one lock.
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use super::MemoryStore;
+use super::{ClusterState, MemoryStore};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, SiloStatus};
-use crate::store::{BackgroundStore, Due, StoreError, DEAD_SILO_RETENTION_MS};
+use crate::store::{
+    BackgroundStore, Due, DueQuery, SilenceLook, StoreError, DEAD_SILO_RETENTION_MS,
+};
 
 #[async_trait]
 impl BackgroundStore for MemoryStore {
@@ -30,30 +34,43 @@ impl BackgroundStore for MemoryStore {
         Ok(())
     }
 
-    async fn due(&self, cluster: &ClusterName) -> Result<Due, StoreError> {
+    async fn due(&self, clusters: &[DueQuery]) -> Result<BTreeMap<ClusterName, Due>, StoreError> {
         let now = self.clock.now_ms();
-        let clusters = self.clusters();
-        let Some(state) = clusters.get(cluster) else {
-            return Ok(Due::default());
-        };
-        let liveness = state.liveness(now);
-        let silos = || state.silos.values();
-        Ok(Due {
-            silent: silos().any(|s| {
-                s.status != SiloStatus::Dead && s.status_at(&liveness) == SiloStatus::Dead
-            }),
-            // Every death releases its entries at once here.
-            unreleased: false,
-            expired: state
-                .dead_since
-                .values()
-                .any(|since| now - *since > DEAD_SILO_RETENTION_MS),
-            moving: state.policy.rebalancer.enabled
-                || state.policy.repartitioner.enabled
-                || !state.migrations.is_empty()
-                || !state.migration_endings.is_empty()
-                || !state.edges.is_empty()
-                || silos().any(|s| s.drained_at_ms.is_some() && s.status != SiloStatus::Dead),
-        })
+        let states = self.clusters();
+        Ok(clusters
+            .iter()
+            .filter_map(|(cluster, look)| {
+                let due = due_in(states.get(cluster)?, look.as_ref(), now);
+                (due.any() || due.looked.is_some()).then(|| (cluster.clone(), due))
+            })
+            .collect())
+    }
+}
+
+/// What is due in one cluster's state at `now`, its silos looked at for silence only when `look`
+/// is over.
+fn due_in(state: &ClusterState, look: Option<&SilenceLook>, now: Millis) -> Due {
+    let silos = || state.silos.values();
+    let alive = || silos().filter(|s| s.status != SiloStatus::Dead);
+    let looked = SilenceLook::is_due(look, now, state.silo_ttl_ms).then(|| {
+        let earliest = alive().map(|s| s.silent_from(state.silo_ttl_ms)).min();
+        SilenceLook::at(now, state.silo_ttl_ms, earliest)
+    });
+    let liveness = state.liveness(now);
+    Due {
+        silent: looked.is_some() && alive().any(|s| s.status_at(&liveness) == SiloStatus::Dead),
+        // Every death releases its entries at once here.
+        unreleased: false,
+        expired: state
+            .dead_since
+            .values()
+            .any(|since| now - *since > DEAD_SILO_RETENTION_MS),
+        moving: state.policy.rebalancer.enabled
+            || state.policy.repartitioner.enabled
+            || !state.migrations.is_empty()
+            || !state.migration_endings.is_empty()
+            || !state.edges.is_empty()
+            || silos().any(|s| s.drained_at_ms.is_some() && s.status != SiloStatus::Dead),
+        looked,
     }
 }

@@ -1,5 +1,7 @@
 //! Cluster leases in the embedded store: the same rules as Postgres', under its one lock.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use super::MemoryStore;
@@ -68,6 +70,21 @@ impl LeaseStore for MemoryStore {
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError> {
         self.lease_for(cluster, holder, ttl_ms, false)
+    }
+
+    async fn claim_leases(
+        &self,
+        clusters: &[ClusterName],
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<BTreeMap<ClusterName, Lease>, StoreError> {
+        let mut held = BTreeMap::new();
+        for cluster in clusters {
+            if let LeaseClaim::Held(lease) = self.lease_for(cluster, holder, ttl_ms, false)? {
+                held.insert(cluster.clone(), lease);
+            }
+        }
+        Ok(held)
     }
 
     async fn take_over_lease(

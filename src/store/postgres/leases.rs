@@ -1,4 +1,7 @@
-//! Cluster leases on Postgres: one row per cluster, claimed and renewed by one statement.
+//! Cluster leases on Postgres: one row per cluster, claimed and renewed by one statement (for one
+//! cluster or a page of them).
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
@@ -18,6 +21,10 @@ fn lease((holder, token, expires_at_ms): LeaseRow) -> Lease {
     }
 }
 
+/// Clusters per lease-claiming statement (a replica renews the leases of every cluster it runs at
+/// once).
+const CLAIM_PAGE: usize = 1_000;
+
 impl PostgresStore {
     /// Claims the lease for `holder`: taken when absent or expired (a new token), renewed when
     /// `holder` has it (same token); a lease another holder keeps unexpired is left alone and
@@ -29,28 +36,71 @@ impl PostgresStore {
         ttl_ms: Millis,
         take_over: bool,
     ) -> Result<LeaseClaim, StoreError> {
-        // A claim that lost a race the database broke (racing claims under serializable
-        // transactions) is made again: it then reads the winner's lease.
+        let claimed = self
+            .claim_racing(std::slice::from_ref(cluster), holder, ttl_ms, take_over)
+            .await?;
+        if let Some((_, row)) = claimed.into_iter().next() {
+            return Ok(LeaseClaim::Held(lease(row)));
+        }
+        Ok(match self.try_lease(cluster).await? {
+            Some(current) => LeaseClaim::HeldByOther(current),
+            None => LeaseClaim::NoCluster,
+        })
+    }
+
+    /// The leases of `clusters` claimed for `holder`, a page of them a statement.
+    async fn try_claim_leases(
+        &self,
+        clusters: &[ClusterName],
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<BTreeMap<ClusterName, Lease>, StoreError> {
+        let mut held = BTreeMap::new();
+        for page in clusters.chunks(CLAIM_PAGE) {
+            for (cluster, row) in self.claim_racing(page, holder, ttl_ms, false).await? {
+                let cluster =
+                    ClusterName::parse(&cluster).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                held.insert(cluster, lease(row));
+            }
+        }
+        Ok(held)
+    }
+
+    /// [`Self::claim_once`], made again when it lost a race the database broke (racing claims
+    /// under serializable transactions): it then reads the winner's lease.
+    async fn claim_racing(
+        &self,
+        clusters: &[ClusterName],
+        holder: &str,
+        ttl_ms: Millis,
+        take_over: bool,
+    ) -> Result<Vec<(String, LeaseRow)>, StoreError> {
         let mut attempts = 0;
         loop {
-            match self.claim_once(cluster, holder, ttl_ms, take_over).await {
+            match self.claim_once(clusters, holder, ttl_ms, take_over).await {
                 Err(PgError::Sqlx(error)) if lost_a_race(&error) && attempts < 3 => attempts += 1,
                 outcome => return Ok(outcome?),
             }
         }
     }
 
+    /// One statement claiming the leases of `clusters` (locked in name order, so that two
+    /// replicas claiming overlapping lists never wait on each other in a cycle); returns the
+    /// leases `holder` holds after it.
     async fn claim_once(
         &self,
-        cluster: &ClusterName,
+        clusters: &[ClusterName],
         holder: &str,
         ttl_ms: Millis,
         take_over: bool,
-    ) -> Result<LeaseClaim, PgError> {
-        let claimed: Option<LeaseRow> = sqlx::query_as(
+    ) -> Result<Vec<(String, LeaseRow)>, PgError> {
+        let names: Vec<&str> = clusters.iter().map(ClusterName::as_str).collect();
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
             "WITH now AS (SELECT COALESCE($4::int8, oracle_now_ms()) AS ms)
              INSERT INTO cluster_leases AS l (cluster, holder, token, expires_at_ms)
-             SELECT c.name, $2, 1, now.ms + $3 FROM clusters c, now WHERE c.name = $1
+             SELECT k.cluster, $2, 1, now.ms + $3
+             FROM UNNEST($1::text[]) AS k(cluster) JOIN clusters c ON c.name = k.cluster, now
+             ORDER BY k.cluster
              ON CONFLICT (cluster) DO UPDATE
                 SET holder = EXCLUDED.holder,
                     token = CASE WHEN l.holder = EXCLUDED.holder
@@ -58,22 +108,19 @@ impl PostgresStore {
                                  THEN l.token ELSE l.token + 1 END,
                     expires_at_ms = EXCLUDED.expires_at_ms
               WHERE $5 OR l.holder = EXCLUDED.holder OR l.expires_at_ms <= (SELECT ms FROM now)
-             RETURNING holder, token, expires_at_ms",
+             RETURNING cluster, holder, token, expires_at_ms",
         )
-        .bind(cluster.as_str())
+        .bind(&names)
         .bind(holder)
         .bind(ttl_ms)
         .bind(self.now())
         .bind(take_over)
-        .fetch_optional(&self.db)
+        .fetch_all(&self.db)
         .await?;
-        if let Some(row) = claimed {
-            return Ok(LeaseClaim::Held(lease(row)));
-        }
-        Ok(match self.try_lease(cluster).await? {
-            Some(current) => LeaseClaim::HeldByOther(current),
-            None => LeaseClaim::NoCluster,
-        })
+        Ok(rows
+            .into_iter()
+            .map(|(cluster, holder, token, expires)| (cluster, (holder, token, expires)))
+            .collect())
     }
 
     async fn try_lease(&self, cluster: &ClusterName) -> Result<Option<Lease>, StoreError> {
@@ -180,6 +227,16 @@ impl LeaseStore for PostgresStore {
         ttl_ms: Millis,
     ) -> Result<LeaseClaim, StoreError> {
         self.guard(self.try_claim_lease(cluster, holder, ttl_ms, false))
+            .await
+    }
+
+    async fn claim_leases(
+        &self,
+        clusters: &[ClusterName],
+        holder: &str,
+        ttl_ms: Millis,
+    ) -> Result<BTreeMap<ClusterName, Lease>, StoreError> {
+        self.guard(self.try_claim_leases(clusters, holder, ttl_ms))
             .await
     }
 

@@ -164,15 +164,17 @@ fn names_one_cluster(statement: &str) -> bool {
 }
 
 /// Whether every cluster table a statement touches is found by a cluster from the statement's own
-/// list of keys: the list is an `UNNEST` of parameters named `AS x(cluster, …)`, and each access
-/// (`FROM`, `JOIN`, `UPDATE` a table under an alias) has a condition `alias.cluster = x.cluster`
-/// (`alias.name = x.cluster` on `clusters`).
+/// list of keys: the list is an `UNNEST` of parameters named `AS x(cluster, …)` (or
+/// `AS x(cluster)`), and each access (`FROM`, `JOIN`, `UPDATE` a table under an alias) has a
+/// condition `alias.cluster = x.cluster` (`alias.name = x.cluster` on `clusters`); an insert
+/// (`INTO`) selects `x.cluster` as its first column.
 fn finds_rows_by_listed_clusters(statement: &str) -> bool {
     if !statement.contains("UNNEST($") {
         return false;
     }
-    let lists: Vec<&str> = statement
-        .match_indices("(cluster,")
+    let lists: Vec<&str> = ["(cluster,", "(cluster)"]
+        .iter()
+        .flat_map(|opening| statement.match_indices(opening))
         .filter_map(|(i, _)| {
             statement[..i]
                 .strip_suffix(|c: char| c.is_alphanumeric())
@@ -180,6 +182,15 @@ fn finds_rows_by_listed_clusters(statement: &str) -> bool {
         })
         .filter_map(|i| statement[..i].rsplit_once("AS ").map(|(_, alias)| alias))
         .filter(|alias| alias.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        .collect();
+    // The parameters the lists' clusters come from (an `UNNEST`'s first argument).
+    let listed_parameters: Vec<&str> = statement
+        .match_indices("UNNEST($")
+        .filter_map(|(i, found)| {
+            let rest = &statement[i + found.len() - 1..];
+            rest.split_once("::text[]").map(|(parameter, _)| parameter)
+        })
+        .filter(|p| p.len() > 1 && p[1..].chars().all(|c| c.is_ascii_digit()))
         .collect();
     let words: Vec<&str> = statement
         .split(|c: char| c.is_whitespace() || c == '(' || c == ',')
@@ -195,6 +206,17 @@ fn finds_rows_by_listed_clusters(statement: &str) -> bool {
             continue;
         }
         accesses += 1;
+        if *verb == "INTO" {
+            // An insert's rows are those it selects: keyed by the list when the cluster column
+            // takes the list's cluster.
+            if !lists
+                .iter()
+                .any(|list| statement.contains(&format!("SELECT {list}.cluster,")))
+            {
+                return false;
+            }
+            continue;
+        }
         let column = if *table == "clusters" {
             "name"
         } else {
@@ -202,7 +224,10 @@ fn finds_rows_by_listed_clusters(statement: &str) -> bool {
         };
         let found = lists
             .iter()
-            .any(|list| statement.contains(&format!("{alias}.{column} = {list}.cluster")));
+            .any(|list| statement.contains(&format!("{alias}.{column} = {list}.cluster")))
+            || listed_parameters
+                .iter()
+                .any(|p| statement.contains(&format!("{alias}.{column} = ANY({p}::text[])")));
         if !found {
             return false;
         }
@@ -296,6 +321,12 @@ fn a_list_of_keys_counts_only_when_every_table_is_found_by_a_cluster_of_it() {
          JOIN silos s ON s.cluster = k.cluster AND s.silo = k.silo",
         "WITH u AS (SELECT * FROM UNNEST($1::text[]) AS u(cluster, silo)) \
          UPDATE silos s SET status = u.status FROM u WHERE s.cluster = u.cluster",
+        "SELECT k.cluster FROM UNNEST($1::text[]) AS k(cluster) \
+         WHERE EXISTS (SELECT 1 FROM migrations m WHERE m.cluster = k.cluster)",
+        "INSERT INTO cluster_leases AS l (cluster, holder) SELECT k.cluster, $2 \
+         FROM UNNEST($1::text[]) AS k(cluster) JOIN clusters c ON c.name = k.cluster",
+        "WITH d AS (SELECT s.cluster FROM silos s WHERE s.cluster = ANY($1::text[])) \
+         SELECT * FROM UNNEST($1::text[], $2::int8[]) AS k(cluster, until) JOIN d USING (cluster)",
     ];
     let across = [
         // A table joined without the list's cluster.
@@ -306,6 +337,12 @@ fn a_list_of_keys_counts_only_when_every_table_is_found_by_a_cluster_of_it() {
         // A list that is not of parameters.
         "SELECT * FROM (SELECT cluster FROM silos) AS k(cluster, silo) \
          JOIN silos s ON s.cluster = k.cluster",
+        // Rows found by a list of clusters that is not the statement's list.
+        "WITH d AS (SELECT s.cluster FROM silos s WHERE s.cluster = ANY($2::text[])) \
+         SELECT * FROM UNNEST($1::text[], $2::text[]) AS k(cluster, other) JOIN d USING (cluster)",
+        // An insert whose cluster is not the list's.
+        "INSERT INTO cluster_leases AS l (cluster, holder) SELECT $3, $2 \
+         FROM UNNEST($1::text[]) AS k(cluster)",
     ];
     for statement in keyed {
         assert!(finds_rows_by_listed_clusters(statement), "{statement}");
