@@ -3,7 +3,8 @@
 //! and the other two take its clusters over as its leases run out (within a lease TTL of the
 //! kill, and a tick), and when it comes back it gets its clusters handed back at once. After each
 //! step, each replica runs (its gauge) exactly the clusters whose lease it holds: none works on a
-//! cluster without its lease, so none works on one another runs.
+//! cluster without its lease, so none works on one another runs. After the takeover, silos that
+//! join and fall silent are declared dead within their TTL and the sweep's bound.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,6 +20,11 @@ use crate::store_states::metric;
 const CLUSTERS: usize = 30;
 /// The cluster lease's TTL in this test (replicas are seen gone after half of it).
 const LEASE_TTL: Duration = Duration::from_secs(6);
+/// The silos' TTL in this test: short, so that deaths the new owners declare are seen quickly.
+const SILO_TTL_MS: i64 = 3_000;
+/// How long after its silence a silo may wait for a sweep to declare it dead: the sweep runs every
+/// second, and a busy test machine delays a tick.
+const SWEEP_BOUND_MS: i64 = 3_000;
 
 /// Unexpired cluster leases by holder, at the database's clock.
 async fn holders(db: &mut PgConnection) -> BTreeMap<String, usize> {
@@ -71,7 +77,11 @@ async fn three_replicas_share_the_clusters_take_a_stopped_ones_over_and_hand_bac
     let _one = ONE_AT_A_TIME.lock().await;
     let database = SharedDatabase::create().await;
     let ttl_ms = LEASE_TTL.as_millis().to_string();
-    let env = [("ORACLE_LEASE_TTL_MS", ttl_ms.as_str())];
+    let silo_ttl_ms = SILO_TTL_MS.to_string();
+    let env = [
+        ("ORACLE_LEASE_TTL_MS", ttl_ms.as_str()),
+        ("ORACLE_SILO_TTL_MS", silo_ttl_ms.as_str()),
+    ];
     let mut replicas = Vec::new();
     for name in ["replica-1", "replica-2", "replica-3"] {
         replicas.push(OracleProcess::start_with(name, &database.url(), &env).await);
@@ -119,6 +129,46 @@ async fn three_replicas_share_the_clusters_take_a_stopped_ones_over_and_hand_bac
     );
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     runs_what_it_holds(&[&replicas[1], &replicas[2]], &holders(&mut db).await).await;
+
+    // A silo joins every cluster and falls silent: the owners, new ones included, declare each
+    // dead within its TTL and the sweep's bound (their first silos died long ago, so each
+    // cluster's last look at its silence was taken with no silo alive).
+    for n in 0..CLUSTERS {
+        let url = format!("{}/v1/clusters/spread-{n}/heartbeats", replicas[1].base());
+        let answer = client
+            .post(url)
+            .json(&json!({ "silo": "10.0.0.2:1@1" }))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+    }
+    let since = Instant::now();
+    let silences: Vec<i64> = loop {
+        let rows: Vec<(Option<i64>,)> = sqlx::query_as(
+            "SELECT dead_since_ms - last_heartbeat_ms FROM silos
+             WHERE silo = '10.0.0.2:1@1' AND status = 'dead'",
+        )
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+        if rows.len() == CLUSTERS {
+            break rows.into_iter().map(|(s,)| s.unwrap()).collect();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "{} of {CLUSTERS} declared dead",
+            rows.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("silent for {silences:?} ms when declared dead");
+    assert!(
+        silences
+            .iter()
+            .all(|s| (SILO_TTL_MS..=SILO_TTL_MS + SWEEP_BOUND_MS).contains(s)),
+        "declared dead after {silences:?} ms of silence, the TTL is {SILO_TTL_MS} ms"
+    );
 
     // It comes back: the clusters that hash to it are handed back, and the shares are as
     // before the kill.
