@@ -132,11 +132,13 @@ pub struct Config {
     )]
     pub max_silos_per_cluster: u64,
 
-    /// How old (ms) a silo's stored heartbeat must be before the replica its heartbeats reach
-    /// writes one that changes only load figures; until then it answers from its copy of the row,
-    /// with a lease cut to end within the protection the stored heartbeat gave. Other replicas see
-    /// the load figures, and a drain made through them reaches the silo, up to this much later.
-    /// 0 writes every heartbeat; never more than a third of a cluster's TTL.
+    /// How old (ms) a silo's stored heartbeat gets before the replica its heartbeats reach writes
+    /// those that changed only load figures: it answers them from its copy of the row, with a
+    /// lease cut to end within the protection the stored heartbeat gave, and writes them every
+    /// 250 ms for the silos whose stored heartbeat is this old less 250 ms, many silos a
+    /// statement (a heartbeat's own request writes it when the stored one is twice this old).
+    /// Other replicas see the load figures, and a drain made through them reaches the silo, about
+    /// this much later. 0 writes every heartbeat; never more than a third of a cluster's TTL.
     #[arg(
         long,
         env = "ORACLE_HEARTBEAT_WRITE_AFTER_MS",

@@ -263,7 +263,8 @@ pub async fn serve(
 }
 
 /// Starts the replica's periodic tasks: the clusters' background work on the clusters this
-/// replica owns, and the DNS listener when one is configured.
+/// replica owns, the write of the heartbeats it held back, and the DNS listener when one is
+/// configured.
 async fn start_background(oracle: &Oracle, config: &Config) -> anyhow::Result<Background> {
     let mut background = Background::new();
     if let Some(address) = config.dns_listen {
@@ -291,6 +292,10 @@ async fn start_background(oracle: &Oracle, config: &Config) -> anyhow::Result<Ba
     background.spawn(
         "clusters",
         background::run_clusters(work, background.stopping()),
+    );
+    background.spawn(
+        "heartbeat flush",
+        background::run_heartbeat_flush(oracle.members.clone(), background.stopping()),
     );
 
     Ok(background)

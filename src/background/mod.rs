@@ -1,6 +1,7 @@
 //! Every periodic task of a replica, in one place, started and stopped together: the clusters'
 //! background work on the clusters this replica owns (the membership sweep, stale migrations,
-//! drains, the rebalancer and the repartitioner, [`clusters`]), and the DNS listener beside it.
+//! drains, the rebalancer and the repartitioner, [`clusters`]), the write of the heartbeats it
+//! held back ([`run_heartbeat_flush`]), and the DNS listener beside it.
 //!
 //! [`Background::stop`] signals every task and waits for each to finish its current step; `serve`
 //! calls it whether serving ended by a shutdown signal or by an error. Dropping a [`Background`]
@@ -10,11 +11,39 @@
 mod clusters;
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use clusters::{run_clusters, run_stamps, ClusterWork, SWEEP_EVERY, TICK};
+
+use crate::oracle::Members;
+use crate::store::FLUSH_HELD_EVERY_MS;
+
+/// Writes the heartbeats this replica held back every [`FLUSH_HELD_EVERY_MS`], in a task of its
+/// own (the clusters' ticks may run long), and once more when `shutdown` completes so that the
+/// latest load figures are stored before the replica goes. A failure is the store's (the guard
+/// counts it); the copies it took are dropped, and their silos' next heartbeats read their rows.
+pub async fn run_heartbeat_flush(members: Arc<Members>, shutdown: impl Future<Output = ()>) {
+    let every = Duration::from_millis(FLUSH_HELD_EVERY_MS.unsigned_abs());
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        let stopping = tokio::select! {
+            _ = &mut shutdown => true,
+            _ = ticks.tick() => false,
+        };
+        if let Err(error) = members.flush_held_heartbeats().await {
+            tracing::debug!(%error, "cannot write the heartbeats held back; their silos read again");
+        }
+        if stopping {
+            return;
+        }
+    }
+}
 
 /// The replica's background tasks.
 pub struct Background {

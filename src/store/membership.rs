@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::StoreError;
+use crate::clock::Millis;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord};
 use crate::placement::ClusterView;
 use crate::policy::Policy;
@@ -105,6 +106,10 @@ pub struct Reaping {
     pub deferred: Vec<Reaped>,
 }
 
+/// How often a replica writes the heartbeats it held back
+/// ([`MembershipStore::flush_held_heartbeats`]).
+pub const FLUSH_HELD_EVERY_MS: Millis = 250;
+
 /// Silos and their clusters: heartbeats, membership reads, leaves and deaths.
 #[async_trait]
 pub trait MembershipStore: Send + Sync + 'static {
@@ -185,6 +190,15 @@ pub trait MembershipStore: Send + Sync + 'static {
     /// past its protection, and silent for the cluster's TTL while this replica reached the
     /// store). Idempotent; replicas may race on it.
     async fn reap(&self, cluster: &ClusterName) -> Result<Reaping, StoreError>;
+
+    /// Writes the heartbeats this replica answered without writing them (held back on its copies
+    /// of silo rows: load figures alone, while the stored heartbeat was young) once the stored
+    /// one is nearly the write-after age old, many silos of any clusters a statement; returns how
+    /// many silos it wrote. Called every [`FLUSH_HELD_EVERY_MS`]. A store that holds nothing back
+    /// (the memory store writes every heartbeat) has nothing to write.
+    async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
+        Ok(0)
+    }
 
     /// Forgets the silos of `cluster` dead for longer than
     /// [`DEAD_SILO_RETENTION_MS`](super::DEAD_SILO_RETENTION_MS) whose entries are all released

@@ -65,7 +65,7 @@ pub use keys::{KeyStore, StoredKey, MAX_KEYS_PER_CLUSTER};
 pub use leases::{Lease, LeaseClaim, LeaseStore};
 pub use membership::{
     Departure, HeartbeatOutcome, HeartbeatUpdate, HeartbeatUpdates, Membership, MembershipStore,
-    Reaped, Reaping, SiloPage,
+    Reaped, Reaping, SiloPage, FLUSH_HELD_EVERY_MS,
 };
 pub use migrations::{
     Completion, Ending, Failure, Migration, MigrationReason, MigrationStore, NewMigration, Refusal,
@@ -116,9 +116,10 @@ pub struct StoreSettings {
     /// Most silos that are not dead in one cluster; a new silo beyond it is refused until one dies
     /// or leaves.
     pub max_silos_per_cluster: u64,
-    /// How old a silo's stored heartbeat must be before a heartbeat that changes only its load
-    /// figures is written (0: every heartbeat is written). Only the Postgres store holds any back
-    /// (a replica folding heartbeats onto its copies of silo rows); never more than a third of the
+    /// How old a silo's stored heartbeat gets before the heartbeats that changed only its load
+    /// figures are written (0: every heartbeat is written): by the flush of held heartbeats, or by
+    /// a heartbeat's own request at twice this age. Only the Postgres store holds any back (a
+    /// replica folding heartbeats onto its copies of silo rows); never more than a third of the
     /// cluster's TTL.
     pub heartbeat_write_after_ms: Millis,
 }

@@ -1447,35 +1447,53 @@ async fn beat_one_by_one(store: &dyn Store, beat: &Heartbeat) -> (SiloRecord, Mi
 }
 
 /// A replica that wrote a silo's row answers heartbeats that change only load figures without
-/// writing them while the stored one is younger than the write-after age (a second by default;
-/// the embedded store writes every one). Each answer is what one written heartbeat would have
-/// been, but for its lease: that ends a margin before the protection the database holds, so no
-/// silo runs on a lease the database does not know of. A new status is written at once, and the
-/// stored row catches up once the stored heartbeat is a second old.
-async fn heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_protection(
+/// writing them while the stored one is young (the embedded store writes every one). Each answer
+/// is what one written heartbeat would have been, but for its lease: that ends a margin before the
+/// protection the database holds, so no silo runs on a lease the database does not know of. A new
+/// status is written at once; the flush of held heartbeats writes those whose stored heartbeat is
+/// within its period (a quarter of a second) of the write-after age (a second), and a heartbeat's
+/// own request writes it once the stored one is twice that age old (the flush fell behind).
+async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_protection(
     backend: Backend,
 ) {
     let (store, clock, _db) = direct(backend).await;
     let (single, single_clock, _db2) = direct(backend).await;
     let holds = !matches!(backend, Backend::Memory);
-    // (ms since the last, status, whether a replica holding copies writes it)
+    #[derive(Debug, PartialEq)]
+    enum Then {
+        /// Written by its own request.
+        Written,
+        /// Answered from the copy, not written.
+        Held,
+        /// Answered from the copy, then written by the flush.
+        Flushed,
+    }
+    // (ms since the last, status, whether the flush runs after it, what becomes of it)
     let beats = [
-        (0, SiloStatus::Joining, true),     // a new silo
-        (1_000, SiloStatus::Joining, true), // read, then written: the replica's copy
-        (300, SiloStatus::Active, true),    // a new status
-        (300, SiloStatus::Active, false),   // load alone, 300 ms after the stored one
-        (300, SiloStatus::Active, false),
-        (399, SiloStatus::Active, false), // 999 ms
-        (1, SiloStatus::Active, true),    // a second after the stored one
-        (200, SiloStatus::Active, false),
+        (0, SiloStatus::Joining, true, Then::Written), // a new silo
+        (1_000, SiloStatus::Joining, true, Then::Written), // read, then written: the copy
+        (300, SiloStatus::Active, true, Then::Written), // a new status
+        (300, SiloStatus::Active, true, Then::Held),   // load alone, 300 ms after the stored one
+        (300, SiloStatus::Active, true, Then::Held),   // 600 ms: not yet the flush's
+        (399, SiloStatus::Active, true, Then::Flushed), // 999 ms
+        (200, SiloStatus::Active, false, Then::Held),
+        (1_000, SiloStatus::Active, false, Then::Held), // no flush ran
+        (799, SiloStatus::Active, false, Then::Held),   // 1,999 ms
+        (1, SiloStatus::Active, false, Then::Written),  // twice the write-after age
+        (0, SiloStatus::Active, true, Then::Held),      // stored just now: the flush leaves it
     ];
-    let mut stored_count = 0;
-    for (n, (after, status, written)) in beats.into_iter().enumerate() {
+    let (mut stored_count, mut stored_stamp) = (0, 0);
+    for (n, (after, status, flush, then)) in beats.into_iter().enumerate() {
         clock.advance_ms(after);
         single_clock.advance_ms(after);
         let beat = heartbeat_of("a@1", 10.0 * n as f64, status);
         let (answer, granted) = beat_for_lease(store.as_ref(), &beat).await;
         let (alone, whole) = beat_one_by_one(single.as_ref(), &beat).await;
+        let flushed = if flush {
+            store.flush_held_heartbeats().await.unwrap()
+        } else {
+            0
+        };
         let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
         assert_eq!(
             (answer.heartbeat_count, &answer.profile, answer.status),
@@ -1487,25 +1505,58 @@ async fn heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_prote
             lease::lease_ms(TTL_MS),
             "a written heartbeat's lease"
         );
-        if written || !holds {
+        let then = if holds { then } else { Then::Written };
+        assert_eq!(
+            flushed,
+            usize::from(then == Then::Flushed),
+            "heartbeat {n}: rows the flush wrote"
+        );
+        match then {
+            Then::Written => {
+                stored_count = answer.heartbeat_count;
+                stored_stamp = answer.last_heartbeat_ms;
+                assert_eq!(stored, answer, "heartbeat {n} is stored as answered");
+                assert_eq!(granted, whole, "heartbeat {n}");
+            }
+            Then::Held | Then::Flushed => {
+                let age = clock.now_ms() - stored_stamp;
+                assert_eq!(
+                    granted,
+                    whole - age,
+                    "heartbeat {n}: the lease less the stored one's age"
+                );
+            }
+        }
+        if then == Then::Flushed {
             stored_count = answer.heartbeat_count;
-            assert_eq!(stored, answer, "heartbeat {n} is stored as answered");
-            assert_eq!(granted, whole, "heartbeat {n}");
-        } else {
+            stored_stamp = answer.last_heartbeat_ms;
+            assert_eq!(
+                (
+                    stored.heartbeat_count,
+                    &stored.profile,
+                    stored.last_heartbeat_ms
+                ),
+                (
+                    alone.heartbeat_count,
+                    &alone.profile,
+                    alone.last_heartbeat_ms
+                ),
+                "heartbeat {n} is stored as its own write would have stored it"
+            );
+            assert_eq!(stored.protected_until_ms, alone.protected_until_ms);
+        } else if then == Then::Held {
             assert_eq!(
                 stored.heartbeat_count, stored_count,
                 "heartbeat {n} held back"
             );
-            let age = clock.now_ms() - stored.last_heartbeat_ms;
-            assert_eq!(
-                granted,
-                whole - age,
-                "heartbeat {n}: the lease less the stored one's age"
-            );
         }
         assert!(
-            clock.now_ms() + granted + lease::margin_ms(TTL_MS) <= stored.protected_until_ms,
-            "heartbeat {n}: its lease and the margin end within the stored protection"
+            clock.now_ms() + granted + lease::margin_ms(TTL_MS) <= answer.protected_until_ms,
+            "heartbeat {n}: its lease and the margin end within the protection it was answered with"
+        );
+        assert!(
+            answer.protected_until_ms <= stored.protected_until_ms,
+            "heartbeat {n}: which the database holds"
         );
     }
 }
@@ -1552,8 +1603,9 @@ async fn a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protec
 }
 
 /// A drain reaches its silo's next heartbeat through the replica that was asked for it, and
-/// through any other replica once the stored heartbeat is a second old (the write it then makes
-/// reads the drain back).
+/// through any other replica once that replica's flush of held heartbeats has written the silo's
+/// row (it does once the stored heartbeat is nearly a second old, and the write reads the drain
+/// back).
 async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica(
     backend: Backend,
 ) {
@@ -1576,6 +1628,7 @@ async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_anoth
         "{meanwhile:?}"
     );
     clock.advance_ms(500);
+    a.flush_held_heartbeats().await.unwrap();
     assert_eq!(status(a.clone(), 4.0).await, SiloStatus::ShuttingDown);
 
     // Through the replica asked: at once.
@@ -1786,7 +1839,7 @@ for_each_store!(
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,
-    heartbeats_of_load_alone_are_held_back_a_second_within_the_stored_protection,
+    heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_protection,
     a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protection_passes,
     a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,

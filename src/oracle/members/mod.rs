@@ -56,6 +56,16 @@ impl Members {
         }
     }
 
+    /// Writes the heartbeats this replica answered without writing them, once the stored ones
+    /// are nearly the write-after age old ([`crate::store::MembershipStore::flush_held_heartbeats`]);
+    /// how many silos it wrote.
+    pub async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
+        self.store
+            .flush_held_heartbeats()
+            .await
+            .inspect_err(|_| metric::store_error("flush_held_heartbeats"))
+    }
+
     /// Records a heartbeat, stamped with the store's clock. Heartbeats arriving together share
     /// the store's round trips (see [`heartbeat_batch`]).
     pub async fn heartbeat(

@@ -463,4 +463,8 @@ impl MembershipStore for PostgresStore {
         self.guard(async { Ok(self.try_forget_expired(cluster).await?) })
             .await
     }
+
+    async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
+        self.guard(self.try_flush_held_heartbeats()).await
+    }
 }

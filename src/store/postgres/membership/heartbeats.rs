@@ -7,11 +7,13 @@
 //! are folded onto that copy ([`WrittenSilos`](super::WrittenSilos)) and written, under the same
 //! conditions, by the statement that reads the batch's other silos — and those whose row it finds
 //! changed — so a batch is never more than two statements, and one when every copy holds. A
-//! heartbeat folded onto a copy that changes only load figures is not written at all while the
-//! stored heartbeat is younger than the write-after age ([`holds_back`]): it is answered from the
-//! copy, with a lease bounded by the protection the database holds.
+//! heartbeat folded onto a copy that changes only load figures is not written by its own request
+//! while the stored heartbeat is young ([`held`]): it is answered from the copy, with a lease
+//! bounded by the protection the database holds, and written later by the flush of held
+//! heartbeats, with those of many other silos.
 
 mod batch;
+mod held;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,9 +22,9 @@ use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use self::batch::{BatchedHeartbeats, HeartbeatBatch, IfChanged};
+use self::held::holds_back;
 use super::{profile_text, silo_from_row, SiloCopy, SILO_COLUMNS};
 use crate::clock::Millis;
-use crate::cluster::silo::changes_membership;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
 use crate::store::postgres::error::lost_a_race;
 use crate::store::postgres::PostgresStore;
@@ -300,16 +302,7 @@ impl PostgresStore {
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
     ) -> Vec<PendingWrite> {
-        let stamped_at = match self.now() {
-            Some(now) => Some(now),
-            None => self
-                .clock_estimate
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .no_earlier_than(self.health.now())
-                .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
-        };
-        let Some(stamped_at) = stamped_at else {
+        let Some(stamped_at) = self.copy_stamp() else {
             return Vec::new();
         };
         let mut writes = Vec::new();
@@ -330,6 +323,21 @@ impl PostgresStore {
         }
         metric::heartbeats_held(held);
         writes
+    }
+
+    /// The stamp of heartbeats folded onto copies now: no earlier than the database's clock (the
+    /// test clock's instant, or the bound on the database's clock plus [`STAMP_LEAD_MS`]); `None`
+    /// when there is no bound yet.
+    fn copy_stamp(&self) -> Option<Millis> {
+        match self.now() {
+            Some(now) => Some(now),
+            None => self
+                .clock_estimate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .no_earlier_than(self.health.now())
+                .map(|bound| bound.saturating_add(STAMP_LEAD_MS)),
+        }
     }
 
     /// [`Self::fold_copies`] for the silos of one cluster (`keys`), at `stamped_at`: what to write,
@@ -358,7 +366,7 @@ impl PostgresStore {
             silo_ttl_ms,
             stamped_at: Some(stamped_at),
         };
-        let write_after = self.write_after_ms(silo_ttl_ms);
+        let hold_for = self.hold_for_ms(silo_ttl_ms);
         let mut writes = Vec::new();
         let mut held = 0;
         for copy in copies {
@@ -372,7 +380,7 @@ impl PostgresStore {
                 self.written_silos.remember(cluster, silo_ttl_ms, copy);
                 continue;
             };
-            let hold = holds_back(&copy, &record, stamped_at, write_after);
+            let hold = holds_back(&copy, &record, stamped_at, hold_for);
             for (i, answer) in folded.answers {
                 batch.outcomes[i] = Some(Ok(answer.map(|(mut answered, judged)| {
                     if hold {
@@ -397,15 +405,6 @@ impl PostgresStore {
             });
         }
         (writes, held)
-    }
-
-    /// How old a silo's stored heartbeat must be before a heartbeat that changes only load
-    /// figures is written, under a TTL of `silo_ttl_ms`: the setting, at most a third of the TTL.
-    fn write_after_ms(&self, silo_ttl_ms: Millis) -> Millis {
-        self.settings
-            .heartbeat_write_after_ms
-            .min(silo_ttl_ms / 3)
-            .max(0)
     }
 
     /// Makes sure every cluster of the batch exists, a few unknown ones at once. A store that
@@ -759,21 +758,6 @@ fn fold_silo(
         answers,
         record: accepted.then_some(current),
     })
-}
-
-/// Whether the heartbeats folded onto `copy` into `folded` at `stamped_at` may go unwritten: they
-/// change only load figures (and the smoothing of them; a drain is never folded, it comes from
-/// the database), and the stored heartbeat (the copy's stamp) is younger than `write_after_ms`
-/// (0: none is). The lease granted meanwhile counts down to the stored protection, which the
-/// write-after age, at most a third of the TTL, leaves most of.
-fn holds_back(
-    copy: &SiloCopy,
-    folded: &SiloRecord,
-    stamped_at: Millis,
-    write_after_ms: Millis,
-) -> bool {
-    stamped_at.saturating_sub(copy.record.last_heartbeat_ms) < write_after_ms
-        && !changes_membership(Some(&copy.record), folded)
 }
 
 /// A silo's folded record, to be written if its row is still the version read.

@@ -7,9 +7,11 @@
 //! write that finds otherwise changes nothing, and the heartbeat is read and folded the usual way.
 //!
 //! A copy also holds heartbeats back: one that changes only a silo's load figures, while the
-//! stored heartbeat is younger than the write-after age, is folded onto the copy and answered
-//! without a write ([`SiloCopy::holding`]: the copy keeps the stored stamp and protection, which
-//! bound its lease).
+//! stored heartbeat is young enough, is folded onto the copy and answered without a write
+//! ([`SiloCopy::holding`]: the copy keeps the stored stamp and protection, which bound its lease,
+//! and remembers the held heartbeat's own). The copies holding heartbeats back are written
+//! together, many silos of any clusters a statement, once their stored heartbeat is nearly the
+//! write-after age old ([`WrittenSilos::take_held`]).
 //!
 //! Copies pay only where a silo's heartbeats keep coming through the replica that wrote its row
 //! (a runtime keeps its connection). Where they are spread over replicas, most copies are stale,
@@ -48,6 +50,16 @@ pub struct SiloCopy {
     /// The row's version (`heartbeat_count`) as stored: a write from the copy is conditional on
     /// it. Below the record's by the heartbeats held back since the last write.
     pub stored_count: i64,
+    /// The stamp and protection of the latest heartbeat held back since the last write, which the
+    /// write of the held heartbeats stores (`None`: none is held back).
+    pub held: Option<HeldBack>,
+}
+
+/// The stamp and protection a heartbeat held back on a copy was folded with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldBack {
+    pub last_heartbeat_ms: Millis,
+    pub protected_until_ms: Millis,
 }
 
 impl SiloCopy {
@@ -57,6 +69,7 @@ impl SiloCopy {
         Self {
             record,
             stored_count,
+            held: None,
         }
     }
 
@@ -66,12 +79,29 @@ impl SiloCopy {
     /// holds dead (every reader sees it so) for alive, and a heartbeat written from it would bring
     /// that silo back.
     pub fn holding(&self, mut folded: SiloRecord) -> Self {
+        let held = HeldBack {
+            last_heartbeat_ms: folded.last_heartbeat_ms,
+            protected_until_ms: folded.protected_until_ms,
+        };
         folded.last_heartbeat_ms = self.record.last_heartbeat_ms;
         folded.protected_until_ms = self.record.protected_until_ms;
         Self {
             record: folded,
             stored_count: self.stored_count,
+            held: Some(held),
         }
+    }
+
+    /// The record the heartbeats held back on this copy write: the latest one's stamp and
+    /// protection. Writing it late is safe: the leases granted for them ended within the stored
+    /// protection, which it only extends, and its stamp is when the silo was heard, not when the
+    /// write lands. `None` when nothing is held back.
+    pub fn held_record(&self) -> Option<SiloRecord> {
+        let held = self.held?;
+        let mut record = self.record.clone();
+        record.last_heartbeat_ms = held.last_heartbeat_ms;
+        record.protected_until_ms = held.protected_until_ms;
+        Some(record)
     }
 }
 
@@ -161,6 +191,42 @@ impl WrittenSilos {
         }
     }
 
+    /// Takes out up to `max` copies holding heartbeats back whose stored heartbeat was stamped at
+    /// or before `stored_by` of their cluster's TTL, each with its cluster and that TTL, for the
+    /// write of what they hold; the write puts back those it lands ([`Self::remember`]), and a
+    /// silo beating meanwhile reads its row.
+    pub fn take_held(
+        &self,
+        stored_by: impl Fn(Millis) -> Millis,
+        max: usize,
+    ) -> Vec<(ClusterName, Millis, SiloCopy)> {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        let mut taken = Vec::new();
+        for (cluster, cluster_rows) in clusters.iter_mut() {
+            let stored_by = stored_by(cluster_rows.silo_ttl_ms);
+            let due: Vec<String> = cluster_rows
+                .silos
+                .iter()
+                .filter(|(_, copy)| {
+                    copy.held.is_some() && copy.record.last_heartbeat_ms <= stored_by
+                })
+                .map(|(silo, _)| silo.clone())
+                .take(max - taken.len())
+                .collect();
+            for silo in due {
+                if let Some(copy) = cluster_rows.silos.remove(&silo) {
+                    taken.push((cluster.clone(), cluster_rows.silo_ttl_ms, copy));
+                }
+            }
+            if taken.len() >= max {
+                break;
+            }
+        }
+        *held -= taken.len();
+        taken
+    }
+
     /// Drops the silo's copy: its row changed here in a way the copy does not know (a drain, a
     /// leave), so its next heartbeat is written, and reads the row if the write finds it changed.
     pub fn forget(&self, cluster: &ClusterName, silo: &str) {
@@ -229,6 +295,56 @@ mod tests {
         copies.remember(&cluster(), 20_000, record("a@1"));
         copies.forget(&cluster(), "a@1");
         assert_eq!(taken(&copies), Some(0), "forgotten");
+    }
+
+    #[test]
+    fn only_copies_holding_heartbeats_back_on_an_old_enough_stored_one_are_taken_to_be_written() {
+        let copies = WrittenSilos::default();
+        let held = |id: &str, stored_at: Millis| {
+            let mut copy = record(id);
+            copy.record.last_heartbeat_ms = stored_at;
+            let mut later = copy.record.clone();
+            later.last_heartbeat_ms = stored_at + 900;
+            later.protected_until_ms = stored_at + 10_900;
+            later.heartbeat_count += 1;
+            copy.holding(later)
+        };
+        copies.remember(&cluster(), 10_000, record("quiet@1"));
+        copies.remember(&cluster(), 10_000, held("young@1", 500));
+        copies.remember(&cluster(), 10_000, held("old@1", 0));
+        copies.remember(&cluster(), 10_000, held("older@1", -100));
+        let taken = copies.take_held(|ttl| if ttl == 10_000 { 0 } else { i64::MAX }, 1);
+        assert_eq!(taken.len(), 1, "at most the page");
+        let rest = copies.take_held(|_| 0, 10);
+        let mut ids: Vec<&str> = taken
+            .iter()
+            .chain(&rest)
+            .map(|(_, _, copy)| copy.record.id.as_str())
+            .collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            ["old@1", "older@1"],
+            "stored by the bound, and holding"
+        );
+        let (_, ttl, copy) = &taken[0];
+        assert_eq!(*ttl, 10_000);
+        let written = copy.held_record().unwrap();
+        assert_eq!(
+            (written.last_heartbeat_ms, written.protected_until_ms),
+            (
+                copy.held.unwrap().last_heartbeat_ms,
+                copy.held.unwrap().protected_until_ms
+            ),
+            "the held heartbeat's stamp and protection are what is written"
+        );
+        assert_eq!(written.heartbeat_count, copy.stored_count + 1);
+        assert_eq!(record("a@1").held_record(), None, "nothing held");
+        assert_eq!(
+            copies.take_held(|_| Millis::MAX, 10).len(),
+            1,
+            "young@1 later"
+        );
     }
 
     #[test]
