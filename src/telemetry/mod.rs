@@ -192,7 +192,7 @@ pub mod metric {
     pub const LIMITS: [&str; 3] = ["clusters", "silos", "keys"];
     /// Every operation whose failure `oracle_store_errors_total{operation}` counts
     /// (`tests/api/ops.rs` holds the call sites to it).
-    pub const STORE_OPERATIONS: [&str; 28] = [
+    pub const STORE_OPERATIONS: [&str; 29] = [
         "activation_counts",
         "activations_on",
         "append_edges",
@@ -202,6 +202,7 @@ pub mod metric {
         "drain_silo",
         "due",
         "fail_migration",
+        "flush_held_heartbeats",
         "forget_expired",
         "lookup",
         "lookup_or_register",

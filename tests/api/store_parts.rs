@@ -1275,6 +1275,11 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
         heartbeat_of("b@1", 80.0, SiloStatus::Joining),
     ];
     batched_and_one_by_one(&batched, &single, &beats).await;
+    // What a Postgres replica held back (load alone, a second after the stored heartbeat) its
+    // flush writes, as it does every quarter of a second.
+    for store in [&batched, &single] {
+        store.flush_held_heartbeats().await.unwrap();
+    }
     for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
         let (stored_single, _) = single.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
@@ -1346,7 +1351,8 @@ async fn two_replicas(
 
 /// A replica folds a silo's heartbeat onto the row it wrote last without reading it; a heartbeat
 /// that went through another replica meanwhile is neither lost nor overwritten: each heartbeat
-/// comes to what it would through one store.
+/// comes to what it would through one store. The silo beats every second; each replica's flush
+/// of held heartbeats runs between (as it does every quarter of a second).
 async fn a_heartbeat_through_another_replica_meanwhile_is_not_overwritten(backend: Backend) {
     let (a, b, clock, _db) = two_replicas(backend).await;
     let (single, single_clock, _db2) = direct(backend).await;
@@ -1360,6 +1366,9 @@ async fn a_heartbeat_through_another_replica_meanwhile_is_not_overwritten(backen
             beat_batch(single.as_ref(), &beat).await,
             "heartbeat {n}"
         );
+        for flushed in [&a, &b, &single] {
+            flushed.flush_held_heartbeats().await.unwrap();
+        }
     }
     let (on_replicas, _) = b.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
     let (alone, _) = single
