@@ -243,10 +243,21 @@ impl TestDatabase {
     /// (the test's stand-in for the database clock: replicas of one test share it), which also
     /// measures how long the database has been reachable.
     pub async fn store(&self, pool_size: u32, clock: &ManualClock) -> PostgresStore {
+        self.store_with(pool_size, clock, StoreSettings::with_ttl(TTL_MS))
+            .await
+    }
+
+    /// [`Self::store`] with other settings.
+    pub async fn store_with(
+        &self,
+        pool_size: u32,
+        clock: &ManualClock,
+        settings: StoreSettings,
+    ) -> PostgresStore {
         reached(store_on(
             self.pool(pool_size).await,
             self.pooling(),
-            StoreSettings::with_ttl(TTL_MS),
+            settings,
             Some(clock),
             never_stalls(),
         ))

@@ -13,21 +13,33 @@ use placement_oracle::cluster::{
 use placement_oracle::connect::{ConnectRule, Pool};
 use placement_oracle::placement::Strategy;
 use placement_oracle::policy::Policy;
+use placement_oracle::store::memory::MemoryStore;
 use placement_oracle::store::{
     Completion, Due, EdgeReport, Ending, Failure, HeartbeatOutcome, Lease, LeaseClaim,
     MigrationReason, NewActivation, NewMigration, Proposal, Refusal, Registration, SilenceLook,
-    Store, StoreError, DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
+    Store, StoreError, StoreSettings, DEAD_SILO_RETENTION_MS, ENDING_KEPT_MS,
 };
 
-use crate::helpers::{due_now, memory_store, Backend, TestDatabase, START_MS, TTL_MS};
+use crate::helpers::{due_now, never_stalls, Backend, TestDatabase, START_MS, TTL_MS};
 
 /// A store of its own, on a manual clock; the database is kept alive with it.
 async fn direct(backend: Backend) -> (Arc<dyn Store>, ManualClock, Option<Arc<TestDatabase>>) {
+    direct_with(backend, StoreSettings::with_ttl(TTL_MS)).await
+}
+
+/// [`direct`] with other settings.
+async fn direct_with(
+    backend: Backend,
+    settings: StoreSettings,
+) -> (Arc<dyn Store>, ManualClock, Option<Arc<TestDatabase>>) {
     let clock = ManualClock::starting_at(START_MS);
     match TestDatabase::for_backend(backend).await {
-        None => (memory_store(&clock), clock, None),
+        None => {
+            let store = MemoryStore::new(settings, Arc::new(clock.clone()), never_stalls());
+            (Arc::new(store), clock, None)
+        }
         Some(database) => {
-            let store = database.store(2, &clock).await;
+            let store = database.store_with(2, &clock, settings).await;
             (Arc::new(store), clock, Some(database))
         }
     }
@@ -1124,6 +1136,78 @@ async fn beat_batch_across(
         .collect()
 }
 
+/// Silos joining in one batch (a Postgres replica inserts them in one statement) keep each
+/// cluster's silo limit and retired generations as one by one: of three new silos in a cluster
+/// with room for two, two join and one is refused, whichever the store takes first; a retired
+/// generation is refused; a silo of another cluster does not count against this one.
+async fn silos_joining_in_one_batch_keep_the_silo_limit_and_retired_generations(backend: Backend) {
+    let settings = StoreSettings {
+        max_silos_per_cluster: 3,
+        ..StoreSettings::with_ttl(TTL_MS)
+    };
+    let (store, clock, _db) = direct_with(backend, settings).await;
+    beat(store.as_ref(), "gone@1").await;
+    store
+        .remove_silo(&cluster(), &silo("gone@1"))
+        .await
+        .unwrap();
+    clock.advance_ms(DEAD_SILO_RETENTION_MS + 1);
+    store.forget_expired(&cluster()).await.unwrap();
+    beat(store.as_ref(), "old@1").await;
+    let other = ClusterName::parse("other").unwrap();
+    let beats = [
+        (cluster(), "c@1"),
+        (other.clone(), "x@1"),
+        (cluster(), "a@1"),
+        (cluster(), "gone@1"),
+        (cluster(), "b@1"),
+        (cluster(), "a@1"),
+    ];
+    let update = |i: usize, previous: Option<&_>, liveness: &_| {
+        heartbeat::apply(
+            &heartbeat_of(beats[i].1, i as f64, SiloStatus::Active),
+            previous,
+            liveness,
+        )
+    };
+    let silos: Vec<(ClusterName, SiloId)> = beats
+        .iter()
+        .map(|(cluster, id)| (cluster.clone(), silo(id)))
+        .collect();
+    let answers: Vec<String> = store
+        .record_heartbeats(&silos, &update)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|answer| match answer {
+            Ok(Ok((record, _))) => format!("count {}", record.heartbeat_count),
+            Ok(Err(HeartbeatRejection::Retired { .. })) => "retired".into(),
+            Err(StoreError::Limit(_)) => "full".into(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(answers[1], "count 1", "another cluster's silo: {answers:?}");
+    assert_eq!(answers[3], "retired", "{answers:?}");
+    let new = [&answers[0], &answers[2], &answers[4]];
+    assert_eq!(
+        new.iter().filter(|a| a.as_str() == "count 1").count(),
+        2,
+        "two of the three join: {answers:?}"
+    );
+    assert_eq!(new.iter().filter(|a| a.as_str() == "full").count(), 1);
+    let second_a = if answers[2] == "full" {
+        "full"
+    } else {
+        "count 2"
+    };
+    assert_eq!(
+        answers[5], second_a,
+        "a's second heartbeat follows its first"
+    );
+    let members = store.membership(&cluster()).await.unwrap().unwrap();
+    assert_eq!(members.silos.len(), 3, "the limit holds");
+}
+
 /// A batch naming many clusters answers each heartbeat as its own cluster alone would: silos new
 /// and known, with copies and without, clusters of different TTLs, one of them changed between
 /// batches (a copy folded under the old TTL must not be written under the new one).
@@ -1845,6 +1929,7 @@ for_each_store!(
     lookup_or_register_answers_each_grain_by_what_the_store_holds,
     a_batch_of_heartbeats_is_applied_in_order_like_one_by_one,
     a_batch_across_clusters_answers_each_as_its_cluster_alone_would,
+    silos_joining_in_one_batch_keep_the_silo_limit_and_retired_generations,
     concurrent_batches_beating_for_one_silo_lose_no_heartbeat,
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,

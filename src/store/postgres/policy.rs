@@ -36,6 +36,9 @@ impl PostgresStore {
         .fetch_optional(&self.db)
         .await?;
         if let Some(version) = updated {
+            // Heartbeats this replica holds back are answered under the TTL their copies were
+            // judged under: the copies go, and the next heartbeats read the new TTL.
+            self.written_silos.forget_cluster(cluster);
             return Ok(Ok(version));
         }
         let current: i64 =

@@ -14,6 +14,7 @@
 
 mod batch;
 mod held;
+mod joining;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,6 +24,7 @@ use sqlx::{Postgres, Row};
 
 use self::batch::{BatchedHeartbeats, HeartbeatBatch, IfChanged};
 use self::held::holds_back;
+use self::joining::{fold_joining, Joining};
 use super::{profile_text, silo_from_row, SiloCopy, SILO_COLUMNS};
 use crate::clock::Millis;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloId, SiloRecord, SiloStatus};
@@ -244,9 +246,10 @@ impl PostgresStore {
     /// write alone, followed by a read and a write only for copies it found stale; heartbeats held
     /// back on their copies are settled before any statement, and a batch of only those sends
     /// none. Heartbeats of one silo are folded in order, each applied to the record the one before
-    /// it left, and written once. A silo that is new, was declared dead by its heartbeat, or
-    /// changed between the read and the write takes the one-by-one path, all its heartbeats in
-    /// order.
+    /// it left, and written once. Silos the read finds no row for are inserted together, in one
+    /// more statement ([`joining`]). A silo that was declared dead by its heartbeat, one changed
+    /// between the read and the write, and a new one the insert did not take take the one-by-one
+    /// path, all its heartbeats in order.
     pub(super) async fn try_record_heartbeats(
         &self,
         silos: &[(ClusterName, SiloId)],
@@ -281,10 +284,14 @@ impl PostgresStore {
         let rows = self
             .write_copies_and_read(silos, &keys, &mut copied, &mut batch)
             .await?;
-        let mut writes = self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
+        let (mut writes, joining) =
+            self.fold_batch(&mut batch, &keys, &rows, reachable_for, update)?;
         if !writes.is_empty() {
             let written = self.write_batch(silos, &mut writes).await?;
             batch.settle_writes(&writes, &written, IfChanged::OneByOne);
+        }
+        if !joining.is_empty() {
+            self.insert_joining(&mut batch, joining).await?;
         }
         Ok(batch.finish())
     }
@@ -533,10 +540,11 @@ impl PostgresStore {
     }
 
     /// Folds each silo's heartbeats onto its row as read ([`fold_silo`]) and settles their
-    /// answers; returns what is to be written, and from which version. A silo not stored yet (its
-    /// heartbeat creates it), one a heartbeat declared dead (its death takes the death protocol),
-    /// and one the read did not answer for (its cluster vanished meanwhile) are left to the
-    /// one-by-one path.
+    /// answers; returns what is to be written, and from which version, and the silos not stored
+    /// yet, their heartbeats applied to nothing ([`fold_joining`]), to be inserted. One a
+    /// heartbeat declared dead (its death takes the death protocol), a new silo whose first
+    /// heartbeat is refused, and one the read did not answer for (its cluster vanished meanwhile)
+    /// are left to the one-by-one path.
     fn fold_batch(
         &self,
         batch: &mut HeartbeatBatch<'_>,
@@ -544,8 +552,9 @@ impl PostgresStore {
         rows: &[PgRow],
         reachable_for: Millis,
         update: &HeartbeatUpdates<'_>,
-    ) -> Result<Vec<PendingWrite>, StoreError> {
+    ) -> Result<(Vec<PendingWrite>, Vec<Joining>), StoreError> {
         let mut writes = Vec::new();
+        let mut joining = Vec::new();
         let mut answered = vec![false; keys.len()];
         for row in rows {
             let position: i64 = row.try_get("position")?;
@@ -560,11 +569,14 @@ impl PostgresStore {
                 continue;
             }
             let positions = &batch.by_silo[&keys[k]];
+            let liveness = self.liveness_from_row(row, reachable_for)?;
             if row.try_get::<Option<String>, _>("silo")?.is_none() {
-                batch.one_by_one.extend(positions);
+                match fold_joining(liveness, positions, update) {
+                    Some(silo) => joining.push(silo),
+                    None => batch.one_by_one.extend(positions),
+                }
                 continue;
             }
-            let liveness = self.liveness_from_row(row, reachable_for)?;
             let read = silo_from_row(row)?;
             let Some(folded) = fold_silo(&read, liveness, positions, update) else {
                 batch.one_by_one.extend(positions);
@@ -590,7 +602,7 @@ impl PostgresStore {
                 batch.one_by_one.extend(&batch.by_silo[key]);
             }
         }
-        Ok(writes)
+        Ok((writes, joining))
     }
 
     /// Writes the folded records in one statement, whatever their clusters: each row only if it

@@ -239,6 +239,18 @@ impl WrittenSilos {
         }
     }
 
+    /// Drops every copy of the cluster's rows: its policy changed here, perhaps its TTL, and a
+    /// heartbeat held back on a copy would be answered under the TTL the copy was judged under
+    /// (a policy changed through another replica reaches the copies when their next write finds
+    /// the TTL changed).
+    pub fn forget_cluster(&self, cluster: &ClusterName) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        if let Some(cluster_rows) = clusters.remove(cluster) {
+            *held -= cluster_rows.silos.len();
+        }
+    }
+
     /// Records that of `used` copies of the cluster's rows a write found `stale` changed.
     pub fn found_stale(&self, cluster: &ClusterName, used: usize, stale: usize) {
         if used == 0 {
