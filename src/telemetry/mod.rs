@@ -412,7 +412,7 @@ pub mod metric {
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_counter!(
             HEARTBEAT_COPIES,
-            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether they were answered without a write (held: only load figures changed, the stored heartbeat younger than ORACLE_HEARTBEAT_WRITE_AFTER_MS), or the write found the copy current (written) or changed (stale: read and folded again); mostly stale means a silo's heartbeats are spread over replicas"
+            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether they were answered without a write (held: only load figures changed, the stored heartbeat younger than twice ORACLE_HEARTBEAT_WRITE_AFTER_MS; the flush writes them later), or a write from the copy, a heartbeat's or the flush's, found it current (written) or changed (stale: read and folded again, or dropped); mostly stale means a silo's heartbeats are spread over replicas"
         );
         describe_gauge!(
             STORE_POOL,

@@ -189,11 +189,12 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
     let database = app._database.clone().expect("a database");
     let mut db = PgConnection::connect(&database.url()).await.unwrap();
     let cluster = format!("'{}'", app.cluster);
-    // One silo's folded record, its version, and the TTL and instants it was folded under.
+    // One silo's folded record, its version, the TTL and instants it was folded under, and its
+    // place among the keys read.
     let one_write = format!(
         "ARRAY[{cluster}], ARRAY['a@1'], ARRAY['a'], ARRAY['active'], ARRAY[1::int8], \
          ARRAY[1::int8], ARRAY['{{}}'], ARRAY[0::int8], ARRAY[1::int8], NULL, \
-         ARRAY[10000::int8], ARRAY[0::int8], ARRAY[9223372036854775807::int8]"
+         ARRAY[10000::int8], ARRAY[0::int8], ARRAY[9223372036854775807::int8], ARRAY[1::int8]"
     );
     let hot = [
         (
@@ -218,6 +219,15 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
             "writing a batch of heartbeats",
             statement("FROM written w CROSS JOIN t"),
             one_write.clone(),
+            Look::Run,
+        ),
+        (
+            "inserting silos joining",
+            statement("row_number() OVER (PARTITION BY u.cluster ORDER BY u.silo)"),
+            format!(
+                "ARRAY[{cluster}], ARRAY['n@1'], ARRAY['n'], ARRAY['joining'], ARRAY[1::int8], \
+                 ARRAY[1::int8], ARRAY['{{}}'], ARRAY[1::int8], ARRAY['n'], ARRAY[1::int8], 5000"
+            ),
             Look::Run,
         ),
         (

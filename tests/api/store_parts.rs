@@ -1362,7 +1362,7 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
     // What a Postgres replica held back (load alone, a second after the stored heartbeat) its
     // flush writes, as it does every quarter of a second.
     for store in [&batched, &single] {
-        store.flush_held_heartbeats().await.unwrap();
+        store.flush_held_heartbeats(None).await.unwrap();
     }
     for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
@@ -1451,7 +1451,7 @@ async fn a_heartbeat_through_another_replica_meanwhile_is_not_overwritten(backen
             "heartbeat {n}"
         );
         for flushed in [&a, &b, &single] {
-            flushed.flush_held_heartbeats().await.unwrap();
+            flushed.flush_held_heartbeats(None).await.unwrap();
         }
     }
     let (on_replicas, _) = b.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
@@ -1563,8 +1563,8 @@ async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_pr
     }
     // (ms since the last, status, whether the flush runs after it, what becomes of it)
     let beats = [
-        (0, SiloStatus::Joining, true, Then::Written), // a new silo
-        (1_000, SiloStatus::Joining, true, Then::Written), // read, then written: the copy
+        (0, SiloStatus::Joining, true, Then::Written), // a new silo: the replica's copy
+        (1_000, SiloStatus::Joining, true, Then::Flushed), // load alone, a second later
         (300, SiloStatus::Active, true, Then::Written), // a new status
         (300, SiloStatus::Active, true, Then::Held),   // load alone, 300 ms after the stored one
         (300, SiloStatus::Active, true, Then::Held),   // 600 ms: not yet the flush's
@@ -1583,7 +1583,7 @@ async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_pr
         let (answer, granted) = beat_for_lease(store.as_ref(), &beat).await;
         let (alone, whole) = beat_one_by_one(single.as_ref(), &beat).await;
         let flushed = if flush {
-            store.flush_held_heartbeats().await.unwrap()
+            store.flush_held_heartbeats(None).await.unwrap()
         } else {
             0
         };
@@ -1721,7 +1721,7 @@ async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_anoth
         "{meanwhile:?}"
     );
     clock.advance_ms(500);
-    a.flush_held_heartbeats().await.unwrap();
+    a.flush_held_heartbeats(None).await.unwrap();
     assert_eq!(status(a.clone(), 4.0).await, SiloStatus::ShuttingDown);
 
     // Through the replica asked: at once.

@@ -464,7 +464,7 @@ impl MembershipStore for PostgresStore {
             .await
     }
 
-    async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
-        self.guard(self.try_flush_held_heartbeats()).await
+    async fn flush_held_heartbeats(&self, only: Option<&ClusterName>) -> Result<usize, StoreError> {
+        self.guard(self.try_flush_held_heartbeats(only)).await
     }
 }

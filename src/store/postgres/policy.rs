@@ -24,6 +24,9 @@ impl PostgresStore {
         // The cluster may not exist yet (a policy written before any silo joins); create it at
         // version 0 so the conditional update below has a row to compare against.
         self.ensure_cluster(cluster).await?;
+        // What this replica holds back is written under the TTL it was folded under, before
+        // the TTL changes (then the copies go, below).
+        self.try_flush_held_heartbeats(Some(cluster)).await?;
         let updated: Option<i64> = sqlx::query_scalar(
             "UPDATE clusters SET policy = $2, silo_ttl_ms = $3, policy_version = policy_version + 1
              WHERE name = $1 AND ($4::int8 IS NULL OR policy_version = $4)

@@ -191,12 +191,13 @@ impl WrittenSilos {
         }
     }
 
-    /// Takes out up to `max` copies holding heartbeats back whose stored heartbeat was stamped at
-    /// or before `stored_by` of their cluster's TTL, each with its cluster and that TTL, for the
-    /// write of what they hold; the write puts back those it lands ([`Self::remember`]), and a
-    /// silo beating meanwhile reads its row.
+    /// Takes out up to `max` copies holding heartbeats back (of the `only` cluster, or of any)
+    /// whose stored heartbeat was stamped at or before `stored_by` of their cluster's TTL, each
+    /// with its cluster and that TTL, for the write of what they hold; the write puts back those
+    /// it lands ([`Self::remember`]), and a silo beating meanwhile reads its row.
     pub fn take_held(
         &self,
+        only: Option<&ClusterName>,
         stored_by: impl Fn(Millis) -> Millis,
         max: usize,
     ) -> Vec<(ClusterName, Millis, SiloCopy)> {
@@ -204,6 +205,9 @@ impl WrittenSilos {
         let Rows { clusters, held } = &mut *rows;
         let mut taken = Vec::new();
         for (cluster, cluster_rows) in clusters.iter_mut() {
+            if only.is_some_and(|only| only != cluster) {
+                continue;
+            }
             let stored_by = stored_by(cluster_rows.silo_ttl_ms);
             let due: Vec<String> = cluster_rows
                 .silos
@@ -325,9 +329,9 @@ mod tests {
         copies.remember(&cluster(), 10_000, held("young@1", 500));
         copies.remember(&cluster(), 10_000, held("old@1", 0));
         copies.remember(&cluster(), 10_000, held("older@1", -100));
-        let taken = copies.take_held(|ttl| if ttl == 10_000 { 0 } else { i64::MAX }, 1);
+        let taken = copies.take_held(None, |ttl| if ttl == 10_000 { 0 } else { i64::MAX }, 1);
         assert_eq!(taken.len(), 1, "at most the page");
-        let rest = copies.take_held(|_| 0, 10);
+        let rest = copies.take_held(None, |_| 0, 10);
         let mut ids: Vec<&str> = taken
             .iter()
             .chain(&rest)
@@ -352,10 +356,16 @@ mod tests {
         );
         assert_eq!(written.heartbeat_count, copy.stored_count + 1);
         assert_eq!(record("a@1").held_record(), None, "nothing held");
+        let elsewhere = ClusterName::parse("elsewhere").unwrap();
+        assert!(copies
+            .take_held(Some(&elsewhere), |_| Millis::MAX, 10)
+            .is_empty());
         assert_eq!(
-            copies.take_held(|_| Millis::MAX, 10).len(),
+            copies
+                .take_held(Some(&cluster()), |_| Millis::MAX, 10)
+                .len(),
             1,
-            "young@1 later"
+            "young@1, when its cluster's are asked for"
         );
     }
 

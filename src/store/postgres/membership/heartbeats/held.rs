@@ -41,25 +41,29 @@ impl PostgresStore {
             .max(0)
     }
 
-    /// Writes the heartbeats held back on this replica's copies whose stored heartbeat is at
-    /// least the write-after age old, less the flush's period (so that, flushed every
-    /// [`FLUSH_HELD_EVERY_MS`], no stored heartbeat of a silo beating here gets much older than
-    /// the write-after age): [`FLUSH_PAGE`] silos of any clusters a statement, each row only if it
-    /// is still the version copied. Returns how many rows it wrote. A copy found stale is
-    /// dropped (its held load figures with it: the silo's next heartbeat carries newer ones, and
-    /// reads the row).
-    pub(in crate::store::postgres::membership) async fn try_flush_held_heartbeats(
+    /// Writes the heartbeats held back on this replica's copies ([`FLUSH_PAGE`] silos of any
+    /// clusters a statement, each row only if it is still the version copied): with no cluster,
+    /// those whose stored heartbeat is at least the write-after age old, less the flush's period
+    /// (so that, flushed every [`FLUSH_HELD_EVERY_MS`], no stored heartbeat of a silo beating here
+    /// gets much older than the write-after age); with one, every one of that cluster's. Returns
+    /// how many rows it wrote. A copy found stale is dropped (its held load figures with it: the
+    /// silo's next heartbeat carries newer ones, and reads the row).
+    pub(in crate::store::postgres) async fn try_flush_held_heartbeats(
         &self,
+        only: Option<&ClusterName>,
     ) -> Result<usize, StoreError> {
         let Some(now) = self.copy_stamp() else {
             return Ok(0);
         };
-        let stored_by = |silo_ttl_ms| {
-            now.saturating_sub((self.write_after_ms(silo_ttl_ms) - FLUSH_HELD_EVERY_MS).max(0))
+        let stored_by = |silo_ttl_ms| match only {
+            Some(_) => Millis::MAX,
+            None => {
+                now.saturating_sub((self.write_after_ms(silo_ttl_ms) - FLUSH_HELD_EVERY_MS).max(0))
+            }
         };
         let mut flushed = 0;
         loop {
-            let copies = self.written_silos.take_held(stored_by, FLUSH_PAGE);
+            let copies = self.written_silos.take_held(only, stored_by, FLUSH_PAGE);
             if copies.is_empty() {
                 return Ok(flushed);
             }
