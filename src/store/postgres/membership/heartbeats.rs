@@ -536,9 +536,21 @@ impl PostgresStore {
         copied: &[PendingWrite],
         written: &HashMap<(String, String), Option<Millis>>,
     ) {
+        self.note_stale_copies(batch.silos, copied, written);
+        batch.settle_writes(copied, written, IfChanged::Read);
+    }
+
+    /// Notes, per cluster, how many of the writes made from copies (`copied`, of `silos`)
+    /// `written` says landed and how many found their row changed (stale).
+    fn note_stale_copies(
+        &self,
+        silos: &[(ClusterName, SiloId)],
+        copied: &[PendingWrite],
+        written: &HashMap<(String, String), Option<Millis>>,
+    ) {
         let mut by_cluster: BTreeMap<&ClusterName, (usize, usize)> = BTreeMap::new();
         for write in copied {
-            let (cluster, silo) = &batch.silos[write.first];
+            let (cluster, silo) = &silos[write.first];
             let (used, stale) = by_cluster.entry(cluster).or_default();
             *used += 1;
             if !written.contains_key(&(cluster.to_string(), silo.to_string())) {
@@ -549,7 +561,6 @@ impl PostgresStore {
             self.written_silos.found_stale(cluster, used, stale);
             metric::heartbeat_copies(used - stale, stale);
         }
-        batch.settle_writes(copied, written, IfChanged::Read);
     }
 
     /// Folds each silo's heartbeats onto its row as read ([`fold_silo`]) and settles their
@@ -805,9 +816,9 @@ fn in_lock_order(silos: &[(ClusterName, SiloId)], writes: &mut [PendingWrite]) {
     writes.sort_by(|a, b| silos[a.first].cmp(&silos[b.first]));
 }
 
-/// The columns of a batched heartbeat write, one entry per silo.
+/// A silo record's columns as the batched statements bind them, one entry per silo.
 #[derive(Default)]
-struct HeartbeatColumns<'a> {
+struct RecordColumns<'a> {
     clusters: Vec<&'a str>,
     silos: Vec<&'a str>,
     addresses: Vec<&'a str>,
@@ -815,8 +826,44 @@ struct HeartbeatColumns<'a> {
     last_heartbeats: Vec<Millis>,
     counts: Vec<i64>,
     profiles: Vec<String>,
-    previous_counts: Vec<i64>,
     protected_until: Vec<Millis>,
+}
+
+impl<'a> RecordColumns<'a> {
+    fn push(&mut self, cluster: &'a ClusterName, record: &'a SiloRecord) -> Result<(), StoreError> {
+        self.clusters.push(cluster.as_str());
+        self.silos.push(record.id.as_str());
+        self.addresses.push(&record.profile.address);
+        self.statuses.push(record.status.as_str());
+        self.last_heartbeats.push(record.last_heartbeat_ms);
+        self.counts.push(record.heartbeat_count);
+        self.profiles.push(profile_text(&record.profile)?);
+        self.protected_until.push(record.protected_until_ms);
+        Ok(())
+    }
+
+    /// Binds `$1`–`$7`: cluster, silo, address, status, stamp, count and profile (the protection
+    /// is bound where each statement takes it).
+    fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.clusters)
+            .bind(&self.silos)
+            .bind(&self.addresses)
+            .bind(&self.statuses)
+            .bind(&self.last_heartbeats)
+            .bind(&self.counts)
+            .bind(&self.profiles)
+    }
+}
+
+/// The columns of a batched heartbeat write, one entry per silo.
+#[derive(Default)]
+struct HeartbeatColumns<'a> {
+    records: RecordColumns<'a>,
+    previous_counts: Vec<i64>,
     ttls: Vec<Millis>,
     earliest: Vec<Millis>,
     latest: Vec<Millis>,
@@ -833,16 +880,10 @@ impl<'a> HeartbeatColumns<'a> {
         query: Query<'q, Postgres, PgArguments>,
         now: Option<Millis>,
     ) -> Query<'q, Postgres, PgArguments> {
-        query
-            .bind(&self.clusters)
-            .bind(&self.silos)
-            .bind(&self.addresses)
-            .bind(&self.statuses)
-            .bind(&self.last_heartbeats)
-            .bind(&self.counts)
-            .bind(&self.profiles)
+        self.records
+            .bind(query)
             .bind(&self.previous_counts)
-            .bind(&self.protected_until)
+            .bind(&self.records.protected_until)
             .bind(now)
             .bind(&self.ttls)
             .bind(&self.earliest)
@@ -858,30 +899,13 @@ impl<'a> HeartbeatColumns<'a> {
     ) -> Result<Self, StoreError> {
         let mut columns = Self::default();
         for write in writes.iter() {
-            columns.push(&silos[write.first].0, write)?;
+            let (earliest, latest) = write.under.window();
+            columns.records.push(&silos[write.first].0, &write.record)?;
+            columns.previous_counts.push(write.previous_count);
+            columns.ttls.push(write.under.silo_ttl_ms);
+            columns.earliest.push(earliest);
+            columns.latest.push(latest);
         }
         Ok(columns)
-    }
-
-    fn push(
-        &mut self,
-        cluster: &'a ClusterName,
-        write: &'a PendingWrite,
-    ) -> Result<(), StoreError> {
-        let record = &write.record;
-        let (earliest, latest) = write.under.window();
-        self.clusters.push(cluster.as_str());
-        self.silos.push(record.id.as_str());
-        self.addresses.push(&record.profile.address);
-        self.statuses.push(record.status.as_str());
-        self.last_heartbeats.push(record.last_heartbeat_ms);
-        self.counts.push(record.heartbeat_count);
-        self.profiles.push(profile_text(&record.profile)?);
-        self.previous_counts.push(write.previous_count);
-        self.protected_until.push(record.protected_until_ms);
-        self.ttls.push(write.under.silo_ttl_ms);
-        self.earliest.push(earliest);
-        self.latest.push(latest);
-        Ok(())
     }
 }

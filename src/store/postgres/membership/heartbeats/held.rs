@@ -3,8 +3,6 @@
 //! any clusters a statement, once their stored heartbeat is nearly the write-after age old
 //! ([`PostgresStore::try_flush_held_heartbeats`]).
 
-use std::collections::BTreeMap;
-
 use super::{FoldedUnder, PendingWrite};
 use crate::clock::Millis;
 use crate::cluster::silo::changes_membership;
@@ -12,7 +10,6 @@ use crate::cluster::{ClusterName, SiloRecord};
 use crate::store::postgres::membership::SiloCopy;
 use crate::store::postgres::PostgresStore;
 use crate::store::{StoreError, FLUSH_HELD_EVERY_MS};
-use crate::telemetry::metric;
 
 /// Most silos one statement of the flush of held heartbeats writes.
 const FLUSH_PAGE: usize = 1_000;
@@ -69,10 +66,11 @@ impl PostgresStore {
             }
             let mut silos = Vec::with_capacity(copies.len());
             let mut writes = Vec::with_capacity(copies.len());
-            for (first, (cluster, silo_ttl_ms, copy)) in copies.into_iter().enumerate() {
+            for (cluster, silo_ttl_ms, copy) in copies {
                 let Some(record) = copy.held_record() else {
                     continue;
                 };
+                let first = silos.len();
                 silos.push((cluster, record.id.clone()));
                 writes.push(PendingWrite {
                     first,
@@ -87,19 +85,7 @@ impl PostgresStore {
                 });
             }
             let written = self.write_batch(&silos, &mut writes).await?;
-            let mut by_cluster: BTreeMap<&ClusterName, (usize, usize)> = BTreeMap::new();
-            for write in &writes {
-                let (cluster, silo) = &silos[write.first];
-                let (used, stale) = by_cluster.entry(cluster).or_default();
-                *used += 1;
-                if !written.contains_key(&(cluster.to_string(), silo.to_string())) {
-                    *stale += 1;
-                }
-            }
-            for (cluster, (used, stale)) in by_cluster {
-                self.written_silos.found_stale(cluster, used, stale);
-                metric::heartbeat_copies(used - stale, stale);
-            }
+            self.note_stale_copies(&silos, &writes, &written);
             flushed += written.len();
         }
     }

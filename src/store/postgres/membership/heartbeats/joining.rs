@@ -9,9 +9,10 @@
 use sqlx::Row;
 
 use super::batch::HeartbeatBatch;
+use super::RecordColumns;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloRecord};
 use crate::store::postgres::error::lost_a_race;
-use crate::store::postgres::membership::{profile_text, SiloCopy};
+use crate::store::postgres::membership::SiloCopy;
 use crate::store::postgres::PostgresStore;
 use crate::store::{HeartbeatOutcome, HeartbeatUpdates, StoreError};
 
@@ -67,7 +68,7 @@ impl PostgresStore {
         for silo in &joining {
             columns.push(&batch.silos[silo.positions[0]].0, &silo.record)?;
         }
-        let inserted = sqlx::query(
+        let statement = sqlx::query(
             "WITH u AS (
                 SELECT u.*, row_number() OVER (PARTITION BY u.cluster ORDER BY u.silo) AS rank
                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
@@ -88,20 +89,16 @@ impl PostgresStore {
              ORDER BY u.cluster, u.silo
              ON CONFLICT (cluster, silo) DO NOTHING
              RETURNING cluster, silo",
-        )
-        .bind(&columns.clusters)
-        .bind(&columns.silos)
-        .bind(&columns.addresses)
-        .bind(&columns.statuses)
-        .bind(&columns.last_heartbeats)
-        .bind(&columns.counts)
-        .bind(&columns.profiles)
-        .bind(&columns.protected_until)
-        .bind(&columns.incarnations)
-        .bind(&columns.generations)
-        .bind(i64::try_from(self.settings.max_silos_per_cluster).unwrap_or(i64::MAX))
-        .fetch_all(&self.db)
-        .await;
+        );
+        let inserted = columns
+            .records
+            .bind(statement)
+            .bind(&columns.records.protected_until)
+            .bind(&columns.incarnations)
+            .bind(&columns.generations)
+            .bind(i64::try_from(self.settings.max_silos_per_cluster).unwrap_or(i64::MAX))
+            .fetch_all(&self.db)
+            .await;
         let inserted = match inserted {
             // Lost a race the database broke: nothing inserted; they go one by one.
             Err(error) if lost_a_race(&error) => Vec::new(),
@@ -130,14 +127,7 @@ impl PostgresStore {
 /// The columns of the insert of joining silos, one entry per silo.
 #[derive(Default)]
 struct JoiningColumns<'a> {
-    clusters: Vec<&'a str>,
-    silos: Vec<&'a str>,
-    addresses: Vec<&'a str>,
-    statuses: Vec<&'static str>,
-    last_heartbeats: Vec<crate::clock::Millis>,
-    counts: Vec<i64>,
-    profiles: Vec<String>,
-    protected_until: Vec<crate::clock::Millis>,
+    records: RecordColumns<'a>,
     /// The address part of the silo's id, and its generation: what a retired generation names.
     incarnations: Vec<&'a str>,
     generations: Vec<i64>,
@@ -146,14 +136,7 @@ struct JoiningColumns<'a> {
 impl<'a> JoiningColumns<'a> {
     fn push(&mut self, cluster: &'a ClusterName, record: &'a SiloRecord) -> Result<(), StoreError> {
         let (incarnation, generation) = record.id.incarnation();
-        self.clusters.push(cluster.as_str());
-        self.silos.push(record.id.as_str());
-        self.addresses.push(&record.profile.address);
-        self.statuses.push(record.status.as_str());
-        self.last_heartbeats.push(record.last_heartbeat_ms);
-        self.counts.push(record.heartbeat_count);
-        self.profiles.push(profile_text(&record.profile)?);
-        self.protected_until.push(record.protected_until_ms);
+        self.records.push(cluster, record)?;
         self.incarnations.push(incarnation);
         self.generations.push(generation);
         Ok(())
