@@ -9,7 +9,7 @@
 use sqlx::Row;
 
 use super::batch::HeartbeatBatch;
-use super::RecordColumns;
+use super::columns::RecordColumns;
 use crate::cluster::{ClusterName, HeartbeatRejection, Liveness, SiloRecord};
 use crate::store::postgres::error::lost_a_race;
 use crate::store::postgres::membership::SiloCopy;
