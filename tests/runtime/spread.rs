@@ -87,19 +87,7 @@ async fn three_replicas_share_the_clusters_take_a_stopped_ones_over_and_hand_bac
         replicas.push(OracleProcess::start_with(name, &database.url(), &env).await);
     }
     let client = reqwest::Client::new();
-    for n in 0..CLUSTERS {
-        let url = format!(
-            "{}/v1/clusters/spread-{n}/heartbeats",
-            replicas[n % 3].base()
-        );
-        let answer = client
-            .post(url)
-            .json(&json!({ "silo": "10.0.0.1:1@1" }))
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success(), "{}", answer.status());
-    }
+    beat_in_every_cluster(&client, |n| replicas[n % 3].base(), "10.0.0.1:1@1").await;
     let mut db = PgConnection::connect(&database.url()).await.unwrap();
 
     // Shared: every replica holds some, none holds most.
@@ -133,16 +121,7 @@ async fn three_replicas_share_the_clusters_take_a_stopped_ones_over_and_hand_bac
     // A silo joins every cluster and falls silent: the owners, new ones included, declare each
     // dead within its TTL and the sweep's bound (their first silos died long ago, so each
     // cluster's last look at its silence was taken with no silo alive).
-    for n in 0..CLUSTERS {
-        let url = format!("{}/v1/clusters/spread-{n}/heartbeats", replicas[1].base());
-        let answer = client
-            .post(url)
-            .json(&json!({ "silo": "10.0.0.2:1@1" }))
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success(), "{}", answer.status());
-    }
+    beat_in_every_cluster(&client, |_| replicas[1].base(), "10.0.0.2:1@1").await;
     let since = Instant::now();
     let silences: Vec<i64> = loop {
         let rows: Vec<(Option<i64>,)> = sqlx::query_as(
@@ -182,4 +161,23 @@ async fn three_replicas_share_the_clusters_take_a_stopped_ones_over_and_hand_bac
         &holders(&mut db).await,
     )
     .await;
+}
+
+/// One heartbeat of `silo` in each of the test's clusters, cluster `n`'s through the replica at
+/// `base(n)`; each must be accepted.
+async fn beat_in_every_cluster(
+    client: &reqwest::Client,
+    base: impl Fn(usize) -> String,
+    silo: &str,
+) {
+    for n in 0..CLUSTERS {
+        let url = format!("{}/v1/clusters/spread-{n}/heartbeats", base(n));
+        let answer = client
+            .post(url)
+            .json(&json!({ "silo": silo }))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+    }
 }
