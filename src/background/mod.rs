@@ -36,7 +36,7 @@ pub async fn run_heartbeat_flush(members: Arc<Members>, shutdown: impl Future<Ou
             _ = &mut shutdown => true,
             _ = ticks.tick() => false,
         };
-        if let Err(error) = members.flush_held_heartbeats(None).await {
+        if let Err(error) = members.flush_held_heartbeats().await {
             tracing::debug!(%error, "cannot write the heartbeats held back; their silos read again");
         }
         if stopping {

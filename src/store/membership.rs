@@ -193,15 +193,10 @@ pub trait MembershipStore: Send + Sync + 'static {
 
     /// Writes the heartbeats this replica answered without writing them (held back on its copies
     /// of silo rows: load figures alone, while the stored heartbeat was young), many silos of any
-    /// clusters a statement; returns how many silos it wrote. With no cluster, those whose stored
-    /// heartbeat is nearly the write-after age old (called every [`FLUSH_HELD_EVERY_MS`]); with
-    /// one, all of that cluster's, whatever their age (a planner of this replica is about to read
-    /// its stored load figures). A store that holds nothing back (the memory store writes every
-    /// heartbeat) has nothing to write.
-    async fn flush_held_heartbeats(
-        &self,
-        _only: Option<&ClusterName>,
-    ) -> Result<usize, StoreError> {
+    /// clusters a statement, those whose stored heartbeat is nearly the write-after age old
+    /// (called every [`FLUSH_HELD_EVERY_MS`]); returns how many silos it wrote. A store that
+    /// holds nothing back (the memory store writes every heartbeat) has nothing to write.
+    async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
         Ok(0)
     }
 

@@ -1362,7 +1362,7 @@ async fn a_batch_of_heartbeats_is_applied_in_order_like_one_by_one(backend: Back
     // What a Postgres replica held back (load alone, a second after the stored heartbeat) its
     // flush writes, as it does every quarter of a second.
     for store in [&batched, &single] {
-        store.flush_held_heartbeats(None).await.unwrap();
+        store.flush_held_heartbeats().await.unwrap();
     }
     for id in ["a@1", "b@1", "c@1", "d@1"] {
         let (stored_batched, _) = batched.silo(&cluster(), &silo(id)).await.unwrap().unwrap();
@@ -1451,7 +1451,7 @@ async fn a_heartbeat_through_another_replica_meanwhile_is_not_overwritten(backen
             "heartbeat {n}"
         );
         for flushed in [&a, &b, &single] {
-            flushed.flush_held_heartbeats(None).await.unwrap();
+            flushed.flush_held_heartbeats().await.unwrap();
         }
     }
     let (on_replicas, _) = b.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
@@ -1546,11 +1546,23 @@ async fn beat_one_by_one(store: &dyn Store, beat: &Heartbeat) -> (SiloRecord, Mi
 /// status is written at once; the flush of held heartbeats writes those whose stored heartbeat is
 /// within its period (a quarter of a second) of the write-after age (a second), and a heartbeat's
 /// own request writes it once the stored one is twice that age old (the flush fell behind).
+/// Meanwhile the replica's own membership reads show the figures it holds; another replica's
+/// show the row.
 async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_protection(
     backend: Backend,
 ) {
-    let (store, clock, _db) = direct(backend).await;
+    let (store, clock, db) = direct(backend).await;
     let (single, single_clock, _db2) = direct(backend).await;
+    // Another replica on the same database.
+    let other = match &db {
+        Some(db) => {
+            let other = db
+                .store_with(2, &clock, StoreSettings::with_ttl(TTL_MS))
+                .await;
+            Some(Arc::new(other) as Arc<dyn Store>)
+        }
+        None => None,
+    };
     let holds = !matches!(backend, Backend::Memory);
     #[derive(Debug, PartialEq)]
     enum Then {
@@ -1583,11 +1595,33 @@ async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_pr
         let (answer, granted) = beat_for_lease(store.as_ref(), &beat).await;
         let (alone, whole) = beat_one_by_one(single.as_ref(), &beat).await;
         let flushed = if flush {
-            store.flush_held_heartbeats(None).await.unwrap()
+            store.flush_held_heartbeats().await.unwrap()
         } else {
             0
         };
         let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+        let membership = store.membership(&cluster()).await.unwrap().unwrap();
+        let decided_on = &membership.silos[0];
+        assert_eq!(
+            (
+                &decided_on.profile,
+                decided_on.heartbeat_count,
+                decided_on.last_heartbeat_ms
+            ),
+            (
+                &answer.profile,
+                stored.heartbeat_count,
+                stored.last_heartbeat_ms
+            ),
+            "heartbeat {n}: this replica decides on the figures it holds, judged by the row"
+        );
+        if let Some(other) = &other {
+            let membership = other.membership(&cluster()).await.unwrap().unwrap();
+            assert_eq!(
+                membership.silos[0], stored,
+                "heartbeat {n}: another replica decides on the row"
+            );
+        }
         assert_eq!(
             (answer.heartbeat_count, &answer.profile, answer.status),
             (alone.heartbeat_count, &alone.profile, alone.status),
@@ -1721,7 +1755,7 @@ async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_anoth
         "{meanwhile:?}"
     );
     clock.advance_ms(500);
-    a.flush_held_heartbeats(None).await.unwrap();
+    a.flush_held_heartbeats().await.unwrap();
     assert_eq!(status(a.clone(), 4.0).await, SiloStatus::ShuttingDown);
 
     // Through the replica asked: at once.

@@ -95,7 +95,7 @@ async fn heartbeats_are_stamped_with_the_oracle_clock_and_smoothed(backend: Back
     // What a Postgres replica held back it writes within a quarter of a second; read after that.
     app.oracle
         .members
-        .flush_held_heartbeats(None)
+        .flush_held_heartbeats()
         .await
         .unwrap();
     let view = app.get("/silos/a@1").await.body;

@@ -57,14 +57,11 @@ impl Members {
     }
 
     /// Writes the heartbeats this replica answered without writing them, once the stored ones
-    /// are nearly the write-after age old, or all of `only`'s
+    /// are nearly the write-after age old
     /// ([`crate::store::MembershipStore::flush_held_heartbeats`]); how many silos it wrote.
-    pub async fn flush_held_heartbeats(
-        &self,
-        only: Option<&ClusterName>,
-    ) -> Result<usize, StoreError> {
+    pub async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
         self.store
-            .flush_held_heartbeats(only)
+            .flush_held_heartbeats()
             .await
             .inspect_err(|_| metric::store_error("flush_held_heartbeats"))
     }

@@ -112,17 +112,11 @@ impl Movers {
         }
         let (mut rebalancer, stored) = self.read_rebalancer(cluster, now, &options).await?;
         let before = rebalancer.clone();
-        // Loads are read only when a cycle is due (a tick mostly finds none), and read again
-        // when this replica held load figures of the cluster back (the membership was read
-        // without them).
+        // Loads are read only when a cycle is due (a tick mostly finds none). The membership
+        // shows the load figures this replica holds back, not yet written.
         let due = rebalancer.cycle_due(now);
         let (loads, active) = if due {
-            if self.store.flush_held_heartbeats(Some(cluster)).await? > 0 {
-                self.loads(cluster, &self.views.read(cluster).await?)
-                    .await?
-            } else {
-                self.loads(cluster, membership).await?
-            }
+            self.loads(cluster, membership).await?
         } else {
             (Vec::new(), 0)
         };
@@ -167,13 +161,12 @@ impl Movers {
     }
 
     /// What an operator's request works on: this replica's gate for the cluster, the lease, a
-    /// fresh membership (with the load figures this replica held back written first) and the
-    /// stored rebalancer.
+    /// fresh membership (showing the load figures this replica holds back) and the stored
+    /// rebalancer.
     async fn for_request(&self, cluster: &ClusterName) -> Result<Request, OracleError> {
         // The lease first: an unknown cluster is refused before it gets a gate.
         let lease = self.lease_for_request(cluster).await?;
         let gate = self.mover_gate(cluster).await;
-        self.store.flush_held_heartbeats(Some(cluster)).await?;
         let membership = self.views.read(cluster).await?;
         let (now, options) = (membership.liveness.now, membership.policy.rebalancer);
         let rebalancer = self.stored_rebalancer(cluster, now, &options).await?;

@@ -39,6 +39,8 @@ const SILO_COLUMNS: &str = "s.silo, s.status, s.last_heartbeat_ms, s.heartbeat_c
 
 /// Membership reads, leaves, drains and deaths.
 impl PostgresStore {
+    /// The cluster's membership as stored, with the load figures this replica holds back shown
+    /// (`WrittenSilos::show_held`): its own decisions go by the latest figures its silos sent.
     async fn try_membership(
         &self,
         cluster: &ClusterName,
@@ -61,7 +63,8 @@ impl PostgresStore {
         let liveness = self.liveness_from_row(first, reachable_for)?;
         let policy: Policy = decode_stored(first.try_get("policy")?)?;
         let policy_version: i64 = first.try_get("policy_version")?;
-        let silos = silos_from_rows(&rows)?;
+        let mut silos = silos_from_rows(&rows)?;
+        self.written_silos.show_held(cluster, &mut silos);
         Ok(Some(Membership {
             liveness,
             silos: Arc::new(silos),
@@ -464,7 +467,7 @@ impl MembershipStore for PostgresStore {
             .await
     }
 
-    async fn flush_held_heartbeats(&self, only: Option<&ClusterName>) -> Result<usize, StoreError> {
-        self.guard(self.try_flush_held_heartbeats(only)).await
+    async fn flush_held_heartbeats(&self) -> Result<usize, StoreError> {
+        self.guard(self.try_flush_held_heartbeats(None)).await
     }
 }

@@ -231,6 +231,26 @@ impl WrittenSilos {
         taken
     }
 
+    /// Gives the silos of `cluster`'s records in `silos` the load figures (and their smoothing)
+    /// held back on this replica's copies, where a copy was folded onto the version read: what
+    /// this replica's own decisions go by, though the row is written later. The stamp and the
+    /// protection stay the stored ones (a held heartbeat protects no longer than the row does).
+    pub fn show_held(&self, cluster: &ClusterName, silos: &mut [SiloRecord]) {
+        let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cluster_rows) = rows.clusters.get(cluster) else {
+            return;
+        };
+        for silo in silos {
+            let Some(copy) = cluster_rows.silos.get(silo.id.as_str()) else {
+                continue;
+            };
+            if copy.held.is_some() && copy.stored_count == silo.heartbeat_count {
+                silo.profile.load = copy.record.profile.load.clone();
+                silo.profile.smoothing = copy.record.profile.smoothing.clone();
+            }
+        }
+    }
+
     /// Drops the silo's copy: its row changed here in a way the copy does not know (a drain, a
     /// leave), so its next heartbeat is written, and reads the row if the write finds it changed.
     pub fn forget(&self, cluster: &ClusterName, silo: &str) {
