@@ -137,8 +137,9 @@ pub struct Config {
     /// lease cut to end within the protection the stored heartbeat gave, and writes them every
     /// 250 ms for the silos whose stored heartbeat is this old less 250 ms, many silos a
     /// statement (a heartbeat's own request writes it when the stored one is twice this old).
-    /// Other replicas see the load figures, and a drain made through them reaches the silo, about
-    /// this much later. 0 writes every heartbeat; never more than a third of a cluster's TTL.
+    /// Its own placements and rebalancer see the figures at once; other replicas see them, and a
+    /// drain made through them reaches the silo, about this much later. 0 writes every
+    /// heartbeat; never more than a third of a cluster's TTL.
     #[arg(
         long,
         env = "ORACLE_HEARTBEAT_WRITE_AFTER_MS",

@@ -93,11 +93,7 @@ async fn heartbeats_are_stamped_with_the_oracle_clock_and_smoothed(backend: Back
         assert!((got - want).abs() < 0.001, "smoothed {smoothed:?}");
     }
     // What a Postgres replica held back it writes within a quarter of a second; read after that.
-    app.oracle
-        .members
-        .flush_held_heartbeats()
-        .await
-        .unwrap();
+    app.oracle.members.flush_held_heartbeats().await.unwrap();
     let view = app.get("/silos/a@1").await.body;
     assert_eq!(view["last_heartbeat_at_ms"], START_MS + 3_000);
     assert_eq!(view["last_heartbeat_age_ms"], 1_000);
