@@ -3,9 +3,13 @@
 //! it last began reaching the store without a break — whether it just started or came back from
 //! any number of outages. (The runtime's side, under real faults, is `tests/runtime/`.)
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use placement_oracle::clock::{Clock, ManualClock};
+use placement_oracle::cluster::ClusterName;
 use placement_oracle::store::postgres::health::PROBE_INTERVAL_MS;
+use placement_oracle::store::Store;
 use serde_json::json;
 
 use crate::helpers::{unique_cluster, Backend, TestApp, TestDatabase, START_MS, TTL_MS};
@@ -202,4 +206,41 @@ async fn every_outage_is_forgiven_not_only_the_last() {
     // A whole TTL after the store answered again, it is dead.
     clock.advance_ms(back + TTL_MS - clock.now_ms());
     assert_eq!(app.oracle.members.sweep().await.unwrap(), 1);
+}
+
+/// Calls a replica answers without the database (a flush of held heartbeats with nothing due,
+/// heartbeats held on its copies) say nothing of whether the database answers: during an outage
+/// they do not end it, nor start the count of time the store was reached, which silence is
+/// judged against. The flush, every 250 ms, used to end a real outage whenever nothing was due;
+/// only calls that timed out kept silence from being counted through the rest of it, and a silo
+/// silent through the whole outage could be declared dead the moment the database came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_answered_from_the_replicas_own_copies_do_not_end_an_outage() {
+    let database = TestDatabase::create().await;
+    let link = FaultyLink::start(database.server_address()).await;
+    let clock = ManualClock::starting_at(START_MS);
+    let store: Arc<dyn Store> = Arc::new(database.store_via(link.port, &clock).await);
+    let cluster = ClusterName::parse(&unique_cluster()).unwrap();
+    assert!(store.membership(&cluster).await.is_ok());
+    assert_eq!(store.outages_seen(), 0);
+
+    link.cut();
+    assert!(
+        store.membership(&cluster).await.is_err(),
+        "the outage is seen"
+    );
+    assert_eq!(store.outages_seen(), 1);
+    clock.advance_ms(PROBE_INTERVAL_MS);
+    assert_eq!(
+        store.flush_held_heartbeats().await.unwrap(),
+        0,
+        "nothing held: the probe's turn, answered without the database"
+    );
+    clock.advance_ms(PROBE_INTERVAL_MS);
+    assert!(store.membership(&cluster).await.is_err());
+    assert_eq!(
+        store.outages_seen(),
+        1,
+        "still the first outage: the flush did not end it"
+    );
 }

@@ -334,7 +334,8 @@ impl PostgresStore {
     /// (a connection black-holed by the network never errors by itself): an outage if no other
     /// call got an answer meanwhile. When an outage begins, the pool's connections are no longer
     /// trusted: a server that stopped ended their sessions, and each would fail one call after it
-    /// comes back.
+    /// comes back. A call that succeeded without taking a connection is no answer from the
+    /// database: it neither ends an outage nor counts as reaching the store.
     async fn guard<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -342,7 +343,7 @@ impl PostgresStore {
         self.health.admit()?;
         let started = self.health.now();
         let timer = std::time::Instant::now();
-        let mut call = std::pin::pin!(call);
+        let mut call = std::pin::pin!(statements::sent_anything(call));
         let (outcome, reach) = match tokio::time::timeout(STATEMENT_DEADLINE, &mut call).await {
             Err(_) => {
                 // Before the call (and its connection) is dropped: its connection, and every
@@ -350,8 +351,11 @@ impl PostgresStore {
                 self.connections.distrust_older();
                 (Err(StoreError::TimedOut(String::new())), Reach::NoAnswer)
             }
-            Ok(Ok(answer)) => (Ok(answer), Reach::Answered),
-            Ok(Err(error)) => {
+            Ok((Ok(answer), true)) => (Ok(answer), Reach::Answered),
+            // Answered from this replica's own copies: no news of the database. (The flush of
+            // held heartbeats, every 250 ms with nothing due, ended real outages as the probe.)
+            Ok((Ok(answer), false)) => (Ok(answer), Reach::Unknown),
+            Ok((Err(error), _)) => {
                 // A wait for a connection that timed out while connections were refused at
                 // connect (a standby, an older primary) is answered with why they were.
                 let error = match error {

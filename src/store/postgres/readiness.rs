@@ -98,7 +98,11 @@ impl Readiness {
                 *self.lock_outstanding() = Some(earlier);
                 return Err(stalled_or_unreachable(db).await);
             }
-            _ => tokio::spawn(write_row(db.clone(), self.replica.clone())),
+            _ => {
+                // Sent from a task of its own, so that a stalled commit outlives this call.
+                super::statements::note_sent();
+                tokio::spawn(write_row(db.clone(), self.replica.clone()))
+            }
         };
         match tokio::time::timeout(WRITE_DEADLINE, &mut write).await {
             Ok(Ok(written)) => written,

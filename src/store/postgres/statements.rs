@@ -12,9 +12,12 @@
 //!
 //! [`Db`] and [`Tx`] are the store's executors; every statement goes through one of them, so the
 //! choice is made here once and not at each of the store's statements. They also count the calls
-//! waiting for a connection (`oracle_store_pool_waiters`) and how long each waited.
+//! waiting for a connection (`oracle_store_pool_waiters`) and how long each waited, and note that
+//! a call sent something ([`sent_anything`]).
 
+use std::cell::Cell;
 use std::fmt;
+use std::future::Future;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
@@ -24,6 +27,30 @@ use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Describe, Either, Execute, Executor, PgPool, Postgres, Transaction};
 
 use crate::telemetry::metric;
+
+tokio::task_local! {
+    /// Whether the call [`sent_anything`] runs took a connection.
+    static SENT: Cell<bool>;
+}
+
+/// Runs `call` and says whether it took a connection to send a statement. A call that answered
+/// from this replica's own copies (heartbeats held back, a flush with nothing due) says nothing of
+/// whether the database answers. Statements of tasks the call spawned are not seen unless it
+/// calls [`note_sent`]; unnoted, such a call reads as one that sent nothing, which tells the
+/// store's health nothing, never too much.
+pub async fn sent_anything<T>(call: impl Future<Output = T>) -> (T, bool) {
+    SENT.scope(Cell::new(false), async move {
+        let output = call.await;
+        (output, SENT.with(Cell::get))
+    })
+    .await
+}
+
+/// Notes, for [`sent_anything`], that the call under way sends a statement (one sent from a task
+/// of its own says so here).
+pub fn note_sent() {
+    let _ = SENT.try_with(|sent| sent.set(true));
+}
 
 /// How the database URL's connections reach Postgres sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,6 +98,7 @@ impl Db {
 
     /// A connection of the pool, the wait for it counted.
     async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        note_sent();
         let waiting = metric::pool_waiter();
         let started = Instant::now();
         let connection = self.pool.acquire().await;
