@@ -181,6 +181,21 @@ pub struct Config {
     )]
     pub max_concurrent_requests: usize,
 
+    /// When set, the latency (ms) this replica keeps nine in ten of its answers under, by
+    /// admitting fewer requests at once than ORACLE_MAX_CONCURRENT_REQUESTS while they take longer
+    /// (never fewer than 256): past its capacity it refuses more at once (503 with `Retry-After`)
+    /// and admits fewer to wait behind the rest. Answers that waited on a placement webhook are
+    /// not judged. 0 (the default) keeps the limit fixed: refusing costs CPU too, and where the
+    /// callers share the replica's CPU it served a third less at three times its capacity (see
+    /// docs/PERFORMANCE.md); an operator who prefers shorter waits to more answers sets it.
+    #[arg(
+        long,
+        env = "ORACLE_ADMISSION_TARGET_MS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub admission_target_ms: u64,
+
     /// Heartbeats per second one cluster may send to this replica (0 = unlimited); beyond it, 429
     /// `rate-limited`. A cluster has at most ORACLE_MAX_SILOS_PER_CLUSTER (5,000) live silos
     /// beating about once a second, so 10,000 leaves room for a whole cluster retrying at once and
@@ -408,6 +423,12 @@ impl Config {
                 "",
             ),
             (
+                "ORACLE_ADMISSION_TARGET_MS",
+                self.admission_target_ms as f64,
+                Bound::new(0.0, 60_000.0),
+                " (a minute; 0: a fixed limit)",
+            ),
+            (
                 "ORACLE_RATE_LIMIT_HEARTBEATS",
                 f64::from(self.rate_limit_heartbeats),
                 rate,
@@ -630,6 +651,10 @@ impl Config {
         Duration::from_millis(self.request_timeout_ms)
     }
 
+    pub fn admission_target(&self) -> Duration {
+        Duration::from_millis(self.admission_target_ms)
+    }
+
     /// The silo TTL in the oracle's time unit.
     pub fn silo_ttl(&self) -> crate::clock::Millis {
         crate::clock::Millis::try_from(self.silo_ttl_ms).unwrap_or(crate::clock::Millis::MAX)
@@ -739,6 +764,7 @@ impl fmt::Debug for Config {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("admission_target_ms", &self.admission_target_ms)
             .field("rate_limit_heartbeats", &self.rate_limit_heartbeats)
             .field("rate_limit_placements", &self.rate_limit_placements)
             .field("rate_limit_edges", &self.rate_limit_edges)

@@ -224,6 +224,7 @@ pub async fn serve(
         request_timeout: config.request_timeout(),
         body_limit_bytes: config.body_limit_bytes,
         max_concurrent_requests: config.max_concurrent_requests,
+        admission_target: config.admission_target(),
     };
     let background = start_background(&oracle, &config).await?;
 

@@ -145,12 +145,12 @@ impl ApiError {
 
     /// Load shedding (see [`super::load_shedding`]): distinct from `overloaded` (store calls
     /// queued), since raising a different setting helps.
-    pub fn concurrency_limit_reached(max: usize) -> Self {
+    pub fn concurrency_limit_reached(limit: usize) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "concurrency-limit-reached",
             "Too many requests in flight",
-            format!("this replica is already serving {max} requests (ORACLE_MAX_CONCURRENT_REQUESTS) and answers more at once rather than queueing them; retry shortly, on another replica if there is one"),
+            format!("this replica is already serving {limit} requests, as many as it admits now (at most ORACLE_MAX_CONCURRENT_REQUESTS, fewer while its answers take longer than ORACLE_ADMISSION_TARGET_MS), and answers more at once rather than queueing them; retry shortly, on another replica if there is one"),
         )
         .retry_after(1)
     }

@@ -106,6 +106,9 @@ pub struct Limits {
     /// Requests in flight beyond which the next is shed (503), except health, readiness and
     /// metrics ([`load_shedding`]).
     pub max_concurrent_requests: usize,
+    /// The latency nine in ten answers are kept under by admitting fewer at once (zero: the
+    /// limit stays at `max_concurrent_requests`; [`load_shedding`]).
+    pub admission_target: Duration,
 }
 
 #[derive(OpenApi)]
@@ -245,10 +248,14 @@ pub fn app(state: AppState, limits: Limits) -> Router {
         )
         .layer(axum::middleware::from_fn(middleware::record_metrics))
         .layer(axum::middleware::from_fn_with_state(
-            load_shedding::InFlight::new(limits.max_concurrent_requests, {
-                let members = state.oracle.members.clone();
-                Arc::new(move || members.could_not_keep_up())
-            }),
+            load_shedding::InFlight::new(
+                limits.max_concurrent_requests,
+                limits.admission_target,
+                {
+                    let members = state.oracle.members.clone();
+                    Arc::new(move || members.could_not_keep_up())
+                },
+            ),
             load_shedding::shed_load,
         ))
         .layer(CatchPanicLayer::custom(middleware::panic_response))

@@ -15,6 +15,7 @@ mod credentials;
 mod directory;
 mod members;
 mod movers;
+pub mod outside_waits;
 mod ownership;
 mod policies;
 mod snapshot;

@@ -10,6 +10,7 @@
 //! The arithmetic is the pure [`bucket`]; this is the shell around it: one bucket per cluster and
 //! kind, the clock, the bound on how many buckets are kept, and the metric.
 
+pub mod admission;
 pub mod bucket;
 
 use std::collections::HashMap;

@@ -116,6 +116,7 @@ pub mod metric {
     pub const HEARTBEAT_COPIES: &str = "oracle_heartbeat_copies_total";
     pub const READY: &str = "oracle_ready";
     pub const REQUESTS_IN_FLIGHT: &str = "oracle_requests_in_flight";
+    pub const ADMISSION_LIMIT: &str = "oracle_admission_limit";
     pub const DIRECTORY_CACHE_ENTRIES: &str = "oracle_directory_cache_entries";
     pub const STORE_POOL_MAX: &str = "oracle_store_pool_max_connections";
     pub const STORE_SERVER: &str = "oracle_store_server_info";
@@ -167,6 +168,7 @@ pub mod metric {
         (REPLICA_STALL_DURATION, true),
         (READY, false),
         (REQUESTS_IN_FLIGHT, false),
+        (ADMISSION_LIMIT, false),
         (DIRECTORY_CACHE_ENTRIES, false),
         (STORE_POOL_MAX, false),
         (STORE_SERVER, false),
@@ -313,6 +315,10 @@ pub mod metric {
         describe_gauge!(
             REQUESTS_IN_FLIGHT,
             "HTTP requests this replica is serving now"
+        );
+        describe_gauge!(
+            ADMISSION_LIMIT,
+            "HTTP requests this replica admits at once now: ORACLE_MAX_CONCURRENT_REQUESTS, or fewer while its answers take longer than ORACLE_ADMISSION_TARGET_MS"
         );
         describe_gauge!(
             DIRECTORY_CACHE_ENTRIES,
@@ -560,6 +566,11 @@ pub mod metric {
     pub fn repartitioner_state(cluster: &str, tracked: usize, remote: f64) {
         gauge!(REPARTITIONER_TRACKED, "cluster" => cluster.to_owned()).set(tracked as f64);
         gauge!(REPARTITIONER_REMOTE, "cluster" => cluster.to_owned()).set(remote);
+    }
+
+    /// The requests in flight the replica admits now (set when the limit moves).
+    pub fn admission_limit(limit: usize) {
+        gauge!(ADMISSION_LIMIT).set(limit as f64);
     }
 
     /// One request shed: the replica was at its concurrency limit.

@@ -11,12 +11,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::helpers::{Backend, Reply, TestApp, MAX_CONCURRENT_REQUESTS, TTL_MS};
+use placement_oracle::rate_limit::admission::{FLOOR, MIN_ANSWERS, WINDOW_MS};
 
 fn limits(max_concurrent_requests: usize) -> Limits {
     Limits {
         request_timeout: Duration::from_secs(30),
         body_limit_bytes: 1 << 20,
         max_concurrent_requests,
+        admission_target: Duration::ZERO,
     }
 }
 
@@ -55,6 +57,12 @@ async fn gated_webhook() -> (String, mpsc::UnboundedReceiver<()>, watch::Sender<
 /// One placement (`user/held`) in flight on `app`, routed to a [`gated_webhook`] and waiting
 /// there, so that it holds its request slot; it is answered once the returned gate is opened.
 async fn hold_a_placement(app: &TestApp) -> (JoinHandle<Reply>, watch::Sender<bool>) {
+    let (mut held, gate) = hold_placements(app, 1).await;
+    (held.remove(0), gate)
+}
+
+/// `n` placements (`user/held-…`) in flight on `app`, as [`hold_a_placement`] holds one.
+async fn hold_placements(app: &TestApp, n: usize) -> (Vec<JoinHandle<Reply>>, watch::Sender<bool>) {
     let (url, mut questions, gate) = gated_webhook().await;
     let policy = json!({ "grain_types": { "user": {
         "strategy": "webhook",
@@ -64,17 +72,24 @@ async fn hold_a_placement(app: &TestApp) -> (JoinHandle<Reply>, watch::Sender<bo
         app.put_policy(Some("*"), policy).await.status,
         StatusCode::OK
     );
-    let held = tokio::spawn({
-        let app = app.clone();
-        async move {
-            app.post("/placements", json!({ "grain": "user/held" }))
-                .await
-        }
-    });
-    questions
-        .recv()
-        .await
-        .expect("the held placement asks the webhook");
+    // New grains every time: a grain placed before is answered without asking.
+    static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let first = HELD.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    let held = (first..first + n)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                app.post("/placements", json!({ "grain": format!("user/held-{i}") }))
+                    .await
+            })
+        })
+        .collect();
+    for i in 0..n {
+        tokio::time::timeout(Duration::from_secs(5), questions.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {i} of {n} asked"))
+            .expect("each held placement asks the webhook");
+    }
     (held, gate)
 }
 
@@ -132,6 +147,89 @@ async fn a_replica_at_its_concurrency_limit_sheds_requests_at_once_but_never_hea
     assert!(
         app.metric(shed_placements).await > shed_placements_before,
         "shed requests are counted by route like any answer"
+    );
+}
+
+/// An app whose fixed limit is 1,024 in flight and whose admission target is `target`.
+async fn admitting(target: Duration) -> TestApp {
+    let app = TestApp::builder(Backend::Memory)
+        .limits(Limits {
+            admission_target: target,
+            ..limits(1_024)
+        })
+        .rates(Rates::DEFAULT)
+        .build()
+        .await;
+    app.heartbeat("a@1", json!({})).await;
+    app
+}
+
+/// Closes the admission window under way with a dozen answers: the window is judged by the first
+/// answer given after it has lasted `WINDOW_MS`.
+async fn close_the_admission_window(app: &TestApp) {
+    for _ in 0..MIN_ANSWERS + 2 {
+        assert_eq!(app.get("/silos").await.status, StatusCode::OK);
+    }
+    tokio::time::sleep(Duration::from_millis(WINDOW_MS.unsigned_abs() + 20)).await;
+    assert_eq!(app.get("/silos").await.status, StatusCode::OK);
+}
+
+/// With `held` placements in flight, what the next request gets: the one after them (the held
+/// ones answered once it is back).
+async fn one_more_beside(app: &TestApp, held: usize) -> Reply {
+    let (held, gate) = hold_placements(app, held).await;
+    let next = app.get("/silos").await;
+    gate.send(true).unwrap();
+    for reply in held {
+        assert_eq!(reply.await.unwrap().status, StatusCode::OK);
+    }
+    next
+}
+
+#[tokio::test]
+async fn slow_answers_lower_how_many_requests_a_replica_admits_at_once() {
+    // Every answer takes longer than a nanosecond: each window is slow.
+    let app = admitting(Duration::from_nanos(1)).await;
+    assert_eq!(
+        one_more_beside(&app, FLOOR).await.status,
+        StatusCode::OK,
+        "{FLOOR} in flight and one more are admitted under the fixed limit of 1,024"
+    );
+    close_the_admission_window(&app).await;
+    close_the_admission_window(&app).await;
+
+    let shed = one_more_beside(&app, FLOOR).await;
+    let problem = shed.problem(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        problem["type"],
+        "urn:placement-oracle:problem:concurrency-limit-reached"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("serving {FLOOR} requests"))
+            && detail.contains("ORACLE_ADMISSION_TARGET_MS"),
+        "{detail}"
+    );
+    assert_eq!(retry_after(&shed), 1);
+}
+
+#[tokio::test]
+async fn answers_that_waited_on_a_webhook_do_not_lower_the_admission_limit() {
+    let target = Duration::from_millis(100);
+    let app = admitting(target).await;
+    let (held, gate) = hold_placements(&app, FLOOR + 16).await;
+    // Each held placement waits on the webhook well past the target; the other answers do not.
+    tokio::time::sleep(3 * target).await;
+    gate.send(true).unwrap();
+    for reply in held {
+        assert_eq!(reply.await.unwrap().status, StatusCode::OK);
+    }
+    close_the_admission_window(&app).await;
+
+    assert_eq!(
+        one_more_beside(&app, FLOOR).await.status,
+        StatusCode::OK,
+        "the limit stayed at 1,024"
     );
 }
 

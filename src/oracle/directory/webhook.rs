@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 
 use super::{Ask, Directory};
 use crate::cluster::{ClusterName, LoadReport, SiloId};
+use crate::oracle::outside_waits;
 use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::{self, ClusterView, PlacementInput, Strategy};
 use crate::policy::Policy;
@@ -114,6 +115,7 @@ impl Directory {
             else {
                 continue;
             };
+            outside_waits::note_waiting_outside();
             let allowed: Vec<String> = candidates.iter().map(|c| c.id.to_string()).collect();
             let body = Question {
                 cluster: cluster.to_string(),
