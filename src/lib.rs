@@ -16,6 +16,8 @@
 //! - [`store`]: the storage interface with its Postgres and in-memory implementations.
 //! - [`connect`]: SmartConnect-style connection rules (pure); [`dns`]: the DNS listener, a thin
 //!   shell beside `http` that answers pools over DNS.
+//! - [`listener`] and [`tls`]: the API's listeners; a connection that cannot be accepted counts
+//!   as work the replica could not keep up with.
 //! - [`background`]: every periodic task of a replica (the membership sweep, the movers' driver),
 //!   started and stopped together.
 //! - [`rebalancer`]: which grains should move to even out a cluster (pure: options, cycles,
@@ -39,6 +41,7 @@ pub mod connect;
 pub mod dns;
 pub mod drain;
 pub mod http;
+pub mod listener;
 pub mod oracle;
 pub mod placement;
 pub mod policy;
@@ -236,8 +239,12 @@ pub async fn serve(
         );
     }
     let router = app(state, limits);
+    let on_refused: listener::OnRefused = {
+        let members = oracle.members.clone();
+        Arc::new(move || members.could_not_keep_up())
+    };
     let served = match config.tls_files() {
-        Some(files) => match tls::TlsListener::new(listener, files) {
+        Some(files) => match tls::TlsListener::new(listener, files, on_refused) {
             Ok(listener) => {
                 tracing::info!(%address, "serving over TLS; Swagger UI at https://{address}/swagger-ui/");
                 axum::serve(listener, router)
@@ -248,7 +255,7 @@ pub async fn serve(
         },
         None => {
             tracing::info!(%address, "serving; Swagger UI at http://{address}/swagger-ui/");
-            axum::serve(listener, router)
+            axum::serve(listener::Listener::new(listener, on_refused), router)
                 .with_graceful_shutdown(shutdown)
                 .await
         }

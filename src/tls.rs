@@ -13,6 +13,8 @@ use std::time::Duration;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::listener::{self, OnRefused};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
@@ -102,7 +104,11 @@ impl TlsListener {
     /// Serves TLS on `listener` with the certificate in `files`, which must load now; later
     /// changes are loaded when they are valid (an invalid one is logged and the last good one
     /// kept). Both tasks end when the listener is dropped.
-    pub fn new(listener: TcpListener, files: TlsFiles) -> Result<Self, String> {
+    pub fn new(
+        listener: TcpListener,
+        files: TlsFiles,
+        on_refused: OnRefused,
+    ) -> Result<Self, String> {
         let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
         let loaded = files.load()?;
         let current = Arc::new(RwLock::new(loaded.config.clone()));
@@ -113,7 +119,7 @@ impl TlsListener {
             current.clone(),
             sender.clone(),
         ));
-        tokio::spawn(accept_loop(listener, current, sender));
+        tokio::spawn(accept_loop(listener, on_refused, current, sender));
         Ok(Self {
             accepted,
             local_addr,
@@ -142,20 +148,13 @@ impl axum::serve::Listener for TlsListener {
 /// at that moment.
 async fn accept_loop(
     listener: TcpListener,
+    on_refused: OnRefused,
     current: Arc<RwLock<Arc<ServerConfig>>>,
     sender: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait rather than spin.
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            accepted = listener::accept(&listener, &on_refused) => accepted,
             () = sender.closed() => return,
         };
         let config = current

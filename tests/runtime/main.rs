@@ -10,6 +10,7 @@
 //! restarted, a host killed, a drain, and rebalancer sessions; [`store_states`] a read-only
 //! database and hung commits; [`failover`] a promoted standby that lacks the log's tail;
 //! [`spread`] the clusters' background work shared by three replicas, taken over and handed back;
+//! [`overload`] the only replica offered three times its capacity for three TTLs;
 //! [`patroni`] a real Patroni cluster ([`patroni_cluster`]) through a switchover, a killed and a
 //! frozen primary and etcd stopped, in synchronous and asynchronous mode. [`faults`] also freezes
 //! a replica (SIGSTOP) for three TTLs, alone and beside another.
@@ -24,6 +25,7 @@ mod failover;
 mod faults;
 mod host;
 mod oracle_process;
+mod overload;
 mod patroni;
 mod patroni_cluster;
 mod postgres_server;
