@@ -32,7 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("store", &["store"]),
     ("use cases", &["oracle"]),
-    ("shell", &["background", "dns", "http", "tls"]),
+    ("shell", &["background", "dns", "http", "listener", "tls"]),
     ("configuration", &["config"]),
 ];
 
