@@ -185,9 +185,10 @@ pub struct Config {
     /// admitting fewer requests at once than ORACLE_MAX_CONCURRENT_REQUESTS while they take longer
     /// (never fewer than 256): past its capacity it refuses more at once (503 with `Retry-After`)
     /// and admits fewer to wait behind the rest. Answers that waited on a placement webhook are
-    /// not judged. 0 (the default) keeps the limit fixed: refusing costs CPU too, and where the
-    /// callers share the replica's CPU it served a third less at three times its capacity (see
-    /// docs/PERFORMANCE.md); an operator who prefers shorter waits to more answers sets it.
+    /// not judged. 0 (the default) keeps the limit fixed: fewer in flight make smaller store
+    /// batches, and measured at three times a fleet's capacity a target served a quarter to a
+    /// half less (docs/PERFORMANCE.md); an operator who prefers shorter waits to more answers
+    /// sets it.
     #[arg(
         long,
         env = "ORACLE_ADMISSION_TARGET_MS",

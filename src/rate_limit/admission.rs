@@ -16,9 +16,9 @@
 //! so a replica whose every answer is slow for a reason of its own (a slow database) still serves
 //! enough at once for its store's batches. A window of fewer than [`MIN_ANSWERS`] answers says
 //! nothing. A target of zero keeps the limit at the maximum, and that is the default
-//! (`ORACLE_ADMISSION_TARGET_MS`): refusing a request costs a replica CPU too, nearly what a
-//! cheap answer costs, so where callers and the database share its CPU a lower limit buys shorter
-//! waits with fewer answers (measured in `docs/PERFORMANCE.md`).
+//! (`ORACLE_ADMISSION_TARGET_MS`): fewer in flight make smaller store batches and more database
+//! work a request, so a lower limit buys shorter waits with fewer answers (measured in
+//! `docs/PERFORMANCE.md`).
 
 use std::time::Duration;
 
