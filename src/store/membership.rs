@@ -100,9 +100,9 @@ pub struct Reaping {
     /// [`DirectoryStore::release_dead`](super::DirectoryStore::release_dead).
     pub dead: Vec<Reaped>,
     /// Silos past their TTL and their lease that it did not declare dead, because the replica
-    /// judging has not reached the store for a whole TTL since their last heartbeat (so it
-    /// cannot tell silence from heartbeats it failed to store). Always empty for a store that
-    /// cannot be unreachable.
+    /// judging has not watched for a whole TTL since their last heartbeat (its store unreachable,
+    /// its process stalled, or work it could not keep up with refused: it cannot tell silence
+    /// from heartbeats it failed to store or to take in).
     pub deferred: Vec<Reaped>,
 }
 

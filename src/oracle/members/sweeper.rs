@@ -165,9 +165,10 @@ impl Members {
                 cluster,
                 count = silos.len(),
                 silos = %named(&silos),
-                "silos silent past their TTL are not declared dead: this replica has not reached \
-                 the store for a whole TTL since their last heartbeat (a store outage, not their \
-                 death); they are judged once it has"
+                "silos silent past their TTL are not declared dead: this replica has not watched \
+                 them for a whole TTL since their last heartbeat (its store unreachable, its \
+                 process stalled, or requests it could not keep up with refused: their silence \
+                 may be its own); they are judged once it has"
             );
         }
         metric::silo_deaths_deferred(newly_deferred.len() as u64);
