@@ -41,6 +41,9 @@ struct Shared {
     /// What [`AdmissionLimit`] last decided, read by every request without a lock.
     limit: AtomicUsize,
     admission: Mutex<AdmissionLimit>,
+    /// Whether the limit moves (`ORACLE_ADMISSION_TARGET_MS` set): a fixed one needs no answer's
+    /// latency.
+    moving: bool,
     /// The origin of the admission windows' times.
     started: Instant,
     /// A request shed may be a heartbeat the replica could not keep up with: its silo's silence
@@ -57,6 +60,7 @@ impl InFlight {
             peak: AtomicUsize::new(0),
             limit: AtomicUsize::new(admission.limit()),
             admission: Mutex::new(admission),
+            moving: !target.is_zero(),
             started: Instant::now(),
             on_shed,
         }))
@@ -121,6 +125,9 @@ pub async fn shed_load(
         (in_flight.0.on_shed)();
         return ApiError::concurrency_limit_reached(in_flight.limit()).into_response();
     };
+    if !in_flight.0.moving {
+        return next.run(request).await;
+    }
     let started = Instant::now();
     let (response, waited_outside) = outside_waits::waited_outside(next.run(request)).await;
     if !waited_outside {
