@@ -13,13 +13,12 @@ use std::time::Duration;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
-
-use crate::listener::{self, OnRefused};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use crate::listener::{self, OnRefused};
 use crate::telemetry::metric;
 
 /// Longest a client may take over its handshake.

@@ -172,6 +172,21 @@ impl Run {
         panic!("no replica answered {method} {path}");
     }
 
+    /// The run after a fault that has just ended: how long until every host runs again (at most
+    /// four TTLs), two TTLs more to settle, then the report, with when the first call was served
+    /// after the fault's end.
+    pub async fn recover(self) -> Recovery {
+        let back = Instant::now();
+        let resumed = self.until_all_running(4 * TTL).await;
+        tokio::time::sleep(2 * TTL).await;
+        let first_served = self.calls().first_served_after(back).map(|at| at - back);
+        Recovery {
+            resumed,
+            first_served,
+            report: self.finish().await,
+        }
+    }
+
     /// Stops the callers and the hosts and adds up what everybody saw.
     pub async fn finish(mut self) -> Report {
         let calls = self.callers.take().expect("started").stop().await;
@@ -228,6 +243,15 @@ impl Run {
         }
         report
     }
+}
+
+/// How a run came back from a fault ([`Run::recover`]).
+pub struct Recovery {
+    /// How long after the fault every host ran again; `None` if not within four TTLs.
+    pub resumed: Option<Duration>,
+    /// How long after the fault the first call was served.
+    pub first_served: Option<Duration>,
+    pub report: Report,
 }
 
 /// What a run saw.

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::cluster_run::{operator_post, series_value, silo, Options, Run, SharedDatabase, TTL};
+use crate::cluster_run::{
+    operator_post, series_value, silo, Options, Recovery, Run, SharedDatabase, TTL,
+};
 use crate::host::HEARTBEAT_INTERVAL;
 use crate::postgres_server::{OwnPostgres, StopMode};
 
@@ -57,12 +59,11 @@ async fn store_outage(mode: StopMode) {
     tokio::task::spawn_blocking(move || starting.start_again())
         .await
         .unwrap();
-    let back = Instant::now();
-    let resumed = run.until_all_running(4 * TTL).await;
-    tokio::time::sleep(2 * TTL).await;
-
-    let first_served = run.calls().first_served_after(back).map(|at| at - back);
-    let report = run.finish().await;
+    let Recovery {
+        resumed,
+        first_served,
+        report,
+    } = run.recover().await;
     report.print(&format!("postgres stopped ({mode:?}) for 3 TTLs"));
     println!(
         "  paused while the store was down: {paused} of 5 hosts; all running again {resumed:?} \
@@ -192,12 +193,11 @@ async fn replica_frozen(replicas: usize) {
     tokio::time::sleep(3 * TTL).await;
     let paused = run.hosts.all().iter().filter(|h| !h.is_running()).count();
     run.replicas[0].thaw();
-    let thawed = Instant::now();
-    let resumed = run.until_all_running(4 * TTL).await;
-    tokio::time::sleep(2 * TTL).await;
-
-    let first_served = run.calls().first_served_after(thawed).map(|at| at - thawed);
-    let report = run.finish().await;
+    let Recovery {
+        resumed,
+        first_served,
+        report,
+    } = run.recover().await;
     report.print(&format!(
         "replica 1 of {replicas} frozen (SIGSTOP) for 3 TTLs, then thawed"
     ));

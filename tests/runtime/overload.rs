@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::api::{Api, Reply};
-use crate::cluster_run::{Options, Run, SharedDatabase, TTL};
+use crate::cluster_run::{Options, Recovery, Run, SharedDatabase, TTL};
 use crate::faults::ONE_AT_A_TIME;
 use crate::host::HEARTBEAT_INTERVAL;
 
@@ -53,12 +53,11 @@ async fn a_replica_offered_three_times_its_capacity_refuses_the_rest_and_kills_n
     })
     .await
     .unwrap();
-    let back = Instant::now();
-    let resumed = run.until_all_running(4 * TTL).await;
-    tokio::time::sleep(2 * TTL).await;
-
-    let first_served = run.calls().first_served_after(back).map(|at| at - back);
-    let report = run.finish().await;
+    let Recovery {
+        resumed,
+        first_served,
+        report,
+    } = run.recover().await;
     report.print("the only replica offered 3× its capacity for 3 TTLs");
     println!(
         "  capacity {:.0} placements/s; offered {:.0}/s for {:?}: {:.0}/s served ({:.0} % of \
@@ -122,11 +121,8 @@ async fn flood(base: String) -> Flooded {
             let (api, base, next) = (api.clone(), base.clone(), next.clone());
             async move {
                 let grain = format!("flood/{}", next.fetch_add(1, Ordering::Relaxed));
-                let sent = Instant::now();
-                let reply = api
-                    .post(&base, "/placements", json!({ "grain": grain }))
-                    .await;
-                (reply, sent.elapsed())
+                api.post(&base, "/placements", json!({ "grain": grain }))
+                    .await
             }
         }
     };
@@ -150,7 +146,7 @@ async fn flood(base: String) -> Flooded {
             let (place, served) = (place.clone(), served.clone());
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    if place().await.0.ok().is_some() {
+                    if place().await.ok().is_some() {
                         served.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -187,7 +183,7 @@ async fn flood(base: String) -> Flooded {
                     let Some(at) = due.lock().await.recv().await else {
                         return;
                     };
-                    let (reply, _) = place().await;
+                    let reply = place().await;
                     let took = at.elapsed();
                     let mut seen = seen.lock().unwrap();
                     if reply.ok().is_some() {
