@@ -137,9 +137,11 @@ pub struct Config {
     /// lease cut to end within the protection the stored heartbeat gave, and writes them every
     /// 250 ms for the silos whose stored heartbeat is this old less 250 ms, many silos a
     /// statement (a heartbeat's own request writes it when the stored one is twice this old).
-    /// Its own placements and rebalancer see the figures at once; other replicas see them, and a
-    /// drain made through them reaches the silo, about this much later. 0 writes every
-    /// heartbeat; never more than a third of a cluster's TTL.
+    /// Figures that hardly moved from the stored ones (CPU within 5 points, counts and bytes
+    /// within a twentieth) wait until the stored heartbeat is a third of the TTL old. Its own
+    /// placements and rebalancer see the figures at once; other replicas see them about this much
+    /// later (a third of the TTL for figures that hardly moved). 0 writes every heartbeat; never
+    /// more than a third of a cluster's TTL.
     #[arg(
         long,
         env = "ORACLE_HEARTBEAT_WRITE_AFTER_MS",

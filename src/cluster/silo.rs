@@ -184,6 +184,52 @@ pub fn changes_membership(previous: Option<&SiloRecord>, next: &SiloRecord) -> b
     })
 }
 
+/// How far CPU usage (percentage points) may drift from the figures stored before a heartbeat
+/// carrying it is worth writing early ([`load_moved`]).
+pub const CPU_POINTS_UNMOVED: f64 = 5.0;
+
+/// How far any count or byte figure may drift from the one stored, as a share (one twentieth:
+/// 5 %), before a heartbeat carrying it is worth writing early ([`load_moved`]).
+pub const SHARE_UNMOVED_DENOMINATOR: u64 = 20;
+
+/// Whether the load figures of `now` moved far enough from `stored` (the figures other replicas
+/// read) to be worth a write of their own: a figure that appears or goes, an overload verdict that
+/// flips, CPU usage by [`CPU_POINTS_UNMOVED`] points or more, any count or byte figure by more than
+/// a twentieth of the larger of the two (any change of a figure under 20). Figures that drift less
+/// change no decision by much (two silos within 5 % are near enough even for power-of-two
+/// choices), so a replica leaves them unwritten until the silo's protection needs extending.
+pub fn load_moved(stored: &LoadReport, now: &LoadReport) -> bool {
+    fn count_moved(stored: Option<u64>, now: Option<u64>) -> bool {
+        match (stored, now) {
+            (Some(stored), Some(now)) => {
+                stored
+                    .abs_diff(now)
+                    .saturating_mul(SHARE_UNMOVED_DENOMINATOR)
+                    > stored.max(now)
+            }
+            (stored, now) => stored.is_some() != now.is_some(),
+        }
+    }
+    let cpu_moved = match (stored.cpu_usage, now.cpu_usage) {
+        (Some(stored), Some(now)) => (stored - now).abs() >= CPU_POINTS_UNMOVED,
+        (stored, now) => stored.is_some() != now.is_some(),
+    };
+    stored.overloaded != now.overloaded
+        || cpu_moved
+        || count_moved(stored.memory_usage_bytes, now.memory_usage_bytes)
+        || count_moved(
+            stored.max_available_memory_bytes,
+            now.max_available_memory_bytes,
+        )
+        || count_moved(stored.activation_count, now.activation_count)
+        || count_moved(stored.recent_activation_count, now.recent_activation_count)
+        || count_moved(stored.connection_count, now.connection_count)
+        || count_moved(
+            stored.network_bytes_per_second,
+            now.network_bytes_per_second,
+        )
+}
+
 /// Everything that decides whether a silo is alive, read at one instant from the store: its clock
 /// (the database's, the same for every replica), the cluster's TTL, and since when the replica
 /// asking has reached the store without a break.
@@ -293,6 +339,58 @@ mod tests {
         // Granted a lease under a 60 s TTL at 0, then a heartbeat under a 10 s TTL at 1 s.
         assert!(Liveness::at(59_999, 10_000).is_alive(1_000, 60_000));
         assert!(!Liveness::at(60_000, 10_000).is_alive(1_000, 60_000));
+    }
+
+    fn load(cpu: f64, activations: u64) -> LoadReport {
+        LoadReport {
+            cpu_usage: Some(cpu),
+            memory_usage_bytes: Some(4_000_000_000),
+            activation_count: Some(activations),
+            ..LoadReport::default()
+        }
+    }
+
+    #[test]
+    fn load_drifting_within_the_band_has_not_moved() {
+        assert!(!load_moved(&load(40.0, 1_000), &load(44.9, 1_050)));
+        assert!(!load_moved(&load(40.0, 1_000), &load(35.1, 953)));
+    }
+
+    #[test]
+    fn load_past_the_band_or_changing_shape_has_moved() {
+        let stored = load(40.0, 1_000);
+        assert!(load_moved(&stored, &load(45.0, 1_000)), "five CPU points");
+        assert!(load_moved(&stored, &load(40.0, 1_053)), "over a twentieth");
+        assert!(load_moved(&load(10.0, 3), &load(10.0, 4)), "a small count");
+        let overloaded = LoadReport {
+            overloaded: true,
+            ..stored.clone()
+        };
+        assert!(load_moved(&stored, &overloaded), "the silo's own verdict");
+        let without_cpu = LoadReport {
+            cpu_usage: None,
+            ..stored.clone()
+        };
+        assert!(load_moved(&stored, &without_cpu), "a figure that goes");
+        let with_connections = LoadReport {
+            connection_count: Some(0),
+            ..stored.clone()
+        };
+        assert!(
+            load_moved(&stored, &with_connections),
+            "a figure that comes"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn load_moved_is_symmetric_and_nothing_moved_from_itself(
+            a in 0.0f64..100.0, b in 0.0f64..100.0, x in 0u64..u64::MAX, y in 0u64..u64::MAX,
+        ) {
+            let (first, second) = (load(a, x), load(b, y));
+            proptest::prop_assert!(!load_moved(&first, &first));
+            proptest::prop_assert_eq!(load_moved(&first, &second), load_moved(&second, &first));
+        }
     }
 
     #[test]

@@ -178,8 +178,8 @@ pub struct HeartbeatResponse {
     /// How long, counted from when the silo *sent* this heartbeat, it may keep running its grains
     /// without another acknowledged heartbeat: the TTL less a tenth (the margin covers clock
     /// rates and the time to stop), or less when the replica answered without writing this
-    /// heartbeat (it changed only load figures, within ORACLE_HEARTBEAT_WRITE_AFTER_MS of the one
-    /// stored): then the lease ends a margin before the stored heartbeat's protection. When it
+    /// heartbeat (it changed only load figures, at most a third of the TTL after the one stored):
+    /// then the lease ends a margin before the stored heartbeat's protection. When it
     /// runs out, pause every grain but keep the
     /// registrations; resume them, under the same epochs, when a heartbeat is acknowledged again;
     /// drop them only when told `silo-declared-dead`. A later acknowledgement never shortens a

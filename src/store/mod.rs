@@ -125,7 +125,7 @@ pub struct StoreSettings {
 }
 
 /// The default of [`StoreSettings::heartbeat_write_after_ms`]: a second, so that other replicas see a
-/// silo's load figures at most about a second late.
+/// silo's load figures that moved at most about a second late.
 pub const DEFAULT_HEARTBEAT_WRITE_AFTER_MS: Millis = 1_000;
 
 impl StoreSettings {

@@ -418,7 +418,7 @@ pub mod metric {
         describe_counter!(STORE_ERRORS, "Store operations that failed, by operation");
         describe_counter!(
             HEARTBEAT_COPIES,
-            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether they were answered without a write (held: only load figures changed, the stored heartbeat younger than twice ORACLE_HEARTBEAT_WRITE_AFTER_MS; the flush writes them later), or a write from the copy, a heartbeat's or the flush's, found it current (written) or changed (stale: read and folded again, or dropped); mostly stale means a silo's heartbeats are spread over replicas"
+            "Silos whose heartbeats were folded onto this replica's copy of their row instead of a read, by whether they were answered without a write (held: only load figures changed, the stored heartbeat younger than twice ORACLE_HEARTBEAT_WRITE_AFTER_MS, or than a third of the TTL for figures that hardly moved; the flush writes them later), or a write from the copy, a heartbeat's or the flush's, found it current (written) or changed (stale: read and folded again, or dropped); mostly stale means a silo's heartbeats are spread over replicas"
         );
         describe_gauge!(
             STORE_POOL,
@@ -705,7 +705,7 @@ pub mod metric {
 
     /// Silos of a heartbeat batch whose heartbeats were folded onto this replica's copies and
     /// answered without a write (they changed only load figures, and the stored heartbeat was
-    /// younger than ORACLE_HEARTBEAT_WRITE_AFTER_MS).
+    /// young enough: `heartbeats::held::holds_back`).
     pub fn heartbeats_held(held: usize) {
         counter!(HEARTBEAT_COPIES, "result" => "held").increment(held as u64);
     }

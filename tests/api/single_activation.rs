@@ -535,10 +535,14 @@ async fn heartbeats_are_hot_updates() {
         .clock(clock)
         .build()
         .await;
-    // Two seconds apart: each one written by its own request (the replica holds back, unwritten,
-    // a heartbeat of load alone within twice ORACLE_HEARTBEAT_WRITE_AFTER_MS of the one stored).
-    for _ in 0..200 {
-        app.heartbeat("a@1", json!({ "cpu_usage": 12.5 })).await;
+    // Two seconds apart, CPU usage moving by 20 points: each one written by its own request (the
+    // replica holds back, unwritten, a heartbeat of load alone within twice
+    // ORACLE_HEARTBEAT_WRITE_AFTER_MS of the one stored, or a third of the TTL for load that
+    // hardly moved).
+    for n in 0..200 {
+        let cpu_usage = if n % 2 == 0 { 12.5 } else { 32.5 };
+        app.heartbeat("a@1", json!({ "cpu_usage": cpu_usage }))
+            .await;
         app.clock.advance_ms(2_000);
     }
     // Backends report their table statistics when they exit, which under a busy suite can take

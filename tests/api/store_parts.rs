@@ -1688,6 +1688,53 @@ async fn heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_pr
     }
 }
 
+/// Load figures that hardly moved from the stored ones (CPU within five points, counts within a
+/// twentieth) are held back until the silo's protection needs extending: the flush writes them
+/// once the stored heartbeat is a third of the TTL old less two of its periods, a heartbeat's own
+/// request at a third of the TTL. Figures that moved are written once it is the write-after age
+/// old (a second), as before; the embedded store writes every one.
+async fn load_that_hardly_moved_waits_for_the_protection_and_load_that_moved_does_not(
+    backend: Backend,
+) {
+    let (store, clock, _db) = direct(backend).await;
+    let holds = !matches!(backend, Backend::Memory);
+    // (ms since the last, CPU usage, whether the flush runs after it, then: 0 held, 1 flushed,
+    // 2 written by its own request)
+    let beats = [
+        (0, 10.0, true, 2),      // a new silo: the replica's copy
+        (1_000, 11.0, true, 0),  // hardly moved, a second after the stored one
+        (1_000, 12.0, true, 0),  // two seconds
+        (832, 13.0, true, 0),    // 2,832 ms: not yet
+        (1, 13.5, true, 1),      // 2,833 ms: a third of the TTL less two flush periods
+        (1_000, 30.0, true, 1),  // moved by 16.5 points, a second after the stored one
+        (300, 30.5, true, 0),    // hardly moved, 300 ms
+        (3_032, 31.0, false, 0), // 3,332 ms, no flush
+        (1, 31.5, false, 2),     // a third of the TTL: written by its own request
+    ];
+    for (n, (after, cpu, flush, then)) in beats.into_iter().enumerate() {
+        clock.advance_ms(after);
+        let beat = heartbeat_of("a@1", cpu, SiloStatus::Active);
+        let (answer, _) = beat_for_lease(store.as_ref(), &beat).await;
+        let flushed = if flush {
+            store.flush_held_heartbeats().await.unwrap()
+        } else {
+            0
+        };
+        let (stored, _) = store.silo(&cluster(), &silo("a@1")).await.unwrap().unwrap();
+        let then = if holds { then } else { 2 };
+        assert_eq!(
+            flushed,
+            usize::from(then == 1),
+            "heartbeat {n}: rows the flush wrote"
+        );
+        assert_eq!(
+            stored.heartbeat_count == answer.heartbeat_count,
+            then != 0,
+            "heartbeat {n}: stored ({then})"
+        );
+    }
+}
+
 /// A silo whose heartbeats were held back and that then fell silent is dead once the stored
 /// protection passes, as every reader of the row sees it: its next heartbeat is refused, not
 /// judged by the later protection the held heartbeats would have written (which brought the silo
@@ -1730,9 +1777,10 @@ async fn a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protec
 }
 
 /// A drain reaches its silo's next heartbeat through the replica that was asked for it, and
-/// through any other replica once that replica's flush of held heartbeats has written the silo's
-/// row (it does once the stored heartbeat is nearly a second old, and the write reads the drain
-/// back).
+/// through any other replica after that replica's next flush of held heartbeats (every quarter of
+/// a second), which drops its copies of silos drained elsewhere, so the next heartbeat reads the
+/// row (a silo whose figures hold steady goes up to a third of the TTL without a write that would
+/// read the drain back).
 async fn a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica(
     backend: Backend,
 ) {
@@ -1968,6 +2016,7 @@ for_each_store!(
     a_heartbeat_through_another_replica_meanwhile_is_not_overwritten,
     a_new_ttl_reaches_the_next_heartbeat_of_a_silo_a_replica_wrote_last,
     heartbeats_of_load_alone_are_held_back_and_flushed_within_the_stored_protection,
+    load_that_hardly_moved_waits_for_the_protection_and_load_that_moved_does_not,
     a_silo_silent_after_heartbeats_held_back_is_dead_when_the_stored_protection_passes,
     a_drain_reaches_the_silo_at_once_here_and_within_a_second_through_another_replica,
     edge_reports_are_numbered_read_in_pages_bounded_and_forgotten,

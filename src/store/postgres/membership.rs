@@ -136,7 +136,8 @@ impl PostgresStore {
     ) -> Result<Option<(SiloRecord, Liveness)>, StoreError> {
         // Its next heartbeat here is not held back on a copy: its write reads the drain back at
         // once (but for a heartbeat being folded on the copy at this very moment, which puts it
-        // back). Through another replica, within ORACLE_HEARTBEAT_WRITE_AFTER_MS.
+        // back, until the next flush of held heartbeats drops it). Through another replica, after
+        // that replica's next flush, which drops its copies of silos drained elsewhere.
         self.written_silos.forget(cluster, silo.as_str());
         // Only a live silo is marked: one silent past its TTL is dead already, whether or not a
         // sweep has said so yet.

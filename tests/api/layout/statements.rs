@@ -39,6 +39,13 @@ const ACROSS_CLUSTERS: &[(&str, &str)] = &[
         "the gauges: counts over every cluster, like an admin listing",
     ),
     ("FROM activations LIMIT $1", "the gauges"),
+    (
+        "SELECT cluster, silo FROM silos WHERE drained_at_ms IS NOT NULL AND status <> 'dead'",
+        "the flush of held heartbeats, every 250 ms while a replica keeps copies of silo rows, \
+         finds the silos drained through other replicas: the few rows of the partial index \
+         `silos_draining`, where a statement per cluster would cost an idle fleet one per \
+         cluster four times a second",
+    ),
     ("SELECT count(*) FROM migrations", "the gauges"),
     (
         "UPDATE clusters SET silo_ttl_ms = $1 WHERE silo_ttl_ms IS NULL",

@@ -374,7 +374,7 @@ impl PostgresStore {
             silo_ttl_ms,
             stamped_at: Some(stamped_at),
         };
-        let hold_for = self.hold_for_ms(silo_ttl_ms);
+        let holding = self.holding_under(silo_ttl_ms);
         let mut writes = Vec::new();
         let mut held = 0;
         for copy in copies {
@@ -388,7 +388,7 @@ impl PostgresStore {
                 self.written_silos.remember(cluster, silo_ttl_ms, copy);
                 continue;
             };
-            let hold = holds_back(&copy, &record, stamped_at, hold_for);
+            let hold = holds_back(&copy, &record, stamped_at, holding);
             for (i, answer) in folded.answers {
                 batch.outcomes[i] = Some(Ok(answer.map(|(mut answered, judged)| {
                     if hold {

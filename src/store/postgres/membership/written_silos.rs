@@ -11,7 +11,9 @@
 //! ([`SiloCopy::holding`]: the copy keeps the stored stamp and protection, which bound its lease,
 //! and remembers the held heartbeat's own). The copies holding heartbeats back are written
 //! together, many silos of any clusters a statement, once their stored heartbeat is nearly the
-//! write-after age old ([`WrittenSilos::take_held`]).
+//! write-after age old, or a third of the TTL for figures that hardly moved
+//! ([`WrittenSilos::take_held`]); a copy stays in place while it is written, to hold the
+//! heartbeats that arrive meanwhile.
 //!
 //! Copies pay only where a silo's heartbeats keep coming through the replica that wrote its row
 //! (a runtime keeps its connection). Where they are spread over replicas, most copies are stale,
@@ -23,7 +25,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::clock::Millis;
-use crate::cluster::{ClusterName, SiloRecord};
+use crate::cluster::silo::load_moved;
+use crate::cluster::{ClusterName, LoadReport, SiloRecord};
 
 /// At most this many silos' rows are kept; past it the copies are dropped and rebuilt as silos
 /// heartbeat again (a replica serving more silos than this only reads more often).
@@ -53,6 +56,13 @@ pub struct SiloCopy {
     /// The stamp and protection of the latest heartbeat held back since the last write, which the
     /// write of the held heartbeats stores (`None`: none is held back).
     pub held: Option<HeldBack>,
+    /// The load figures as stored, which other replicas decide by: held figures that have not
+    /// moved far from them ([`load_moved`]) wait longer for their write.
+    pub stored_load: LoadReport,
+    /// Whether the flush of held heartbeats is writing what this copy held: it stays in place
+    /// meanwhile, so that a heartbeat arriving then is folded onto it (and held) instead of
+    /// reading the row and racing the flush's write; the write's landing rebases it.
+    pub flushing: bool,
 }
 
 /// The stamp and protection a heartbeat held back on a copy was folded with.
@@ -66,11 +76,32 @@ impl SiloCopy {
     /// A copy of the row just written as `record`.
     pub fn written(record: SiloRecord) -> Self {
         let stored_count = record.heartbeat_count;
+        let stored_load = record.profile.load.clone();
         Self {
             record,
             stored_count,
             held: None,
+            stored_load,
+            flushing: false,
         }
+    }
+
+    /// This copy, its heartbeats held back since the write that landed as `written` (made from
+    /// this copy's basis, with fewer of its heartbeats) kept, on the row that write stored: its
+    /// version, stamp, protection and load figures.
+    fn rebased_on(mut self, written: &SiloCopy) -> Self {
+        self.stored_count = written.stored_count;
+        self.record.last_heartbeat_ms = written.record.last_heartbeat_ms;
+        self.record.protected_until_ms = written.record.protected_until_ms;
+        self.stored_load = written.stored_load.clone();
+        self.flushing = false;
+        self
+    }
+
+    /// Whether the load figures held on this copy moved far enough from the stored ones to be
+    /// worth writing soon ([`load_moved`]).
+    pub fn load_moved(&self) -> bool {
+        load_moved(&self.stored_load, &self.record.profile.load)
     }
 
     /// This copy, holding back the heartbeats folded into `folded` as well. The stamp and
@@ -89,6 +120,8 @@ impl SiloCopy {
             record: folded,
             stored_count: self.stored_count,
             held: Some(held),
+            stored_load: self.stored_load.clone(),
+            flushing: self.flushing,
         }
     }
 
@@ -157,8 +190,11 @@ impl WrittenSilos {
         Some((cluster_rows.silo_ttl_ms, taken))
     }
 
-    /// Keeps `copy` as the silo's row, under `silo_ttl_ms`. A copy of a later version is kept
-    /// instead; a TTL other than the one the cluster's copies were judged under drops them.
+    /// Keeps `copy` as the silo's row, under `silo_ttl_ms`. Where a copy is kept already, the
+    /// later version of the two is kept, on the later stored row of the two: a heartbeat held on
+    /// a copy while the flush wrote it is kept on the row the flush stored. A row written drained
+    /// under a copy that does not know it drops both (the silo's next heartbeat reads the row). A
+    /// TTL other than the one the cluster's copies were judged under drops them.
     pub fn remember(&self, cluster: &ClusterName, silo_ttl_ms: Millis, copy: SiloCopy) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         if rows.held >= MAX_SILOS {
@@ -178,56 +214,84 @@ impl WrittenSilos {
             cluster_rows.silo_ttl_ms = silo_ttl_ms;
             cluster_rows.silos.clear();
         }
-        let id = copy.record.id.as_str();
-        match cluster_rows.silos.get(id) {
-            Some(kept) if kept.record.heartbeat_count > copy.record.heartbeat_count => {}
-            Some(_) => {
-                cluster_rows.silos.insert(id.to_owned(), copy);
-            }
-            None => {
-                cluster_rows.silos.insert(id.to_owned(), copy);
-                *held += 1;
-            }
+        let id = copy.record.id.as_str().to_owned();
+        let Some(kept) = cluster_rows.silos.remove(&id) else {
+            cluster_rows.silos.insert(id, copy);
+            *held += 1;
+            return;
+        };
+        let (later, basis) = if kept.record.heartbeat_count > copy.record.heartbeat_count {
+            (kept, copy)
+        } else {
+            (copy, kept)
+        };
+        let merged = if basis.stored_count <= later.stored_count {
+            later
+        } else if basis.record.drained_at_ms.is_some() && later.record.drained_at_ms.is_none() {
+            *held -= 1;
+            return;
+        } else {
+            later.rebased_on(&basis)
+        };
+        cluster_rows.silos.insert(id, merged);
+    }
+
+    /// Drops the copy of `silo` of `cluster` if the flush of held heartbeats was writing it: the
+    /// write did not land (the row changed, or the statement failed), so what it holds is not
+    /// known to be stored, and the silo's next heartbeat reads its row.
+    pub fn drop_unflushed(&self, cluster: &ClusterName, silo: &str) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        let Some(cluster_rows) = clusters.get_mut(cluster) else {
+            return;
+        };
+        if cluster_rows
+            .silos
+            .get(silo)
+            .is_some_and(|copy| copy.flushing)
+        {
+            cluster_rows.silos.remove(silo);
+            *held -= 1;
         }
     }
 
-    /// Takes out up to `max` copies holding heartbeats back (of the `only` cluster, or of any)
-    /// whose stored heartbeat was stamped at or before `stored_by` of their cluster's TTL, each
-    /// with its cluster and that TTL, for the write of what they hold; the write puts back those
-    /// it lands ([`Self::remember`]), and a silo beating meanwhile reads its row.
+    /// Up to `max` copies holding heartbeats back (of the `only` cluster, or of any) that are
+    /// `due` under their cluster's TTL, each with its cluster and that TTL, for the write of what
+    /// they hold. Each stays in place, marked as being flushed (and not taken again until the
+    /// write settles it): a silo beating meanwhile is folded onto it, and the write's landing
+    /// ([`Self::remember`]) rebases what it held since; one that does not land is dropped
+    /// ([`Self::drop_unflushed`]).
     pub fn take_held(
         &self,
         only: Option<&ClusterName>,
-        stored_by: impl Fn(Millis) -> Millis,
+        due: impl Fn(Millis, &SiloCopy) -> bool,
         max: usize,
     ) -> Vec<(ClusterName, Millis, SiloCopy)> {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        let Rows { clusters, held } = &mut *rows;
         let mut taken = Vec::new();
+        let clusters = &mut rows.clusters;
         for (cluster, cluster_rows) in clusters.iter_mut() {
             if only.is_some_and(|only| only != cluster) {
                 continue;
             }
-            let stored_by = stored_by(cluster_rows.silo_ttl_ms);
+            let silo_ttl_ms = cluster_rows.silo_ttl_ms;
             let due: Vec<String> = cluster_rows
                 .silos
                 .iter()
-                .filter(|(_, copy)| {
-                    copy.held.is_some() && copy.record.last_heartbeat_ms <= stored_by
-                })
+                .filter(|(_, copy)| copy.held.is_some() && !copy.flushing && due(silo_ttl_ms, copy))
                 .map(|(silo, _)| silo.clone())
                 .take(max - taken.len())
                 .collect();
             for silo in due {
-                if let Some(copy) = cluster_rows.silos.remove(&silo) {
-                    taken.push((cluster.clone(), cluster_rows.silo_ttl_ms, copy));
+                if let Some(copy) = cluster_rows.silos.get_mut(&silo) {
+                    copy.flushing = true;
+                    taken.push((cluster.clone(), silo_ttl_ms, copy.clone()));
                 }
             }
             if taken.len() >= max {
                 break;
             }
         }
-        *held -= taken.len();
         taken
     }
 
@@ -258,6 +322,34 @@ impl WrittenSilos {
         let Rows { clusters, held } = &mut *rows;
         if let Some(cluster_rows) = clusters.get_mut(cluster) {
             if cluster_rows.silos.remove(silo).is_some() {
+                *held -= 1;
+            }
+        }
+    }
+
+    /// Whether any silo's row is kept.
+    pub fn holds_any(&self) -> bool {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner()).held > 0
+    }
+
+    /// Drops the copies of the `draining` silos (cluster, silo) that do not know of their drain:
+    /// it was asked for through another replica.
+    pub fn forget_drained(&self, draining: &[(String, String)]) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        let Rows { clusters, held } = &mut *rows;
+        for (cluster, silo) in draining {
+            let Some(cluster_rows) = ClusterName::parse(cluster)
+                .ok()
+                .and_then(|cluster| clusters.get_mut(&cluster))
+            else {
+                continue;
+            };
+            if cluster_rows
+                .silos
+                .get(silo)
+                .is_some_and(|copy| copy.record.drained_at_ms.is_none())
+            {
+                cluster_rows.silos.remove(silo);
                 *held -= 1;
             }
         }
@@ -333,6 +425,98 @@ mod tests {
         assert_eq!(taken(&copies), Some(0), "forgotten");
     }
 
+    /// `copy` holding one more heartbeat, `after` ms after its latest, with `cpu` usage.
+    fn beat_on(copy: &SiloCopy, after: Millis, cpu: f64) -> SiloCopy {
+        let mut later = copy.record.clone();
+        later.last_heartbeat_ms = copy
+            .held
+            .map_or(copy.record.last_heartbeat_ms, |held| held.last_heartbeat_ms)
+            + after;
+        later.protected_until_ms = later.last_heartbeat_ms + 10_000;
+        later.heartbeat_count += 1;
+        later.profile.load.cpu_usage = Some(cpu);
+        copy.holding(later)
+    }
+
+    fn kept(copies: &WrittenSilos, id: &str) -> Option<SiloCopy> {
+        let rows = copies.rows.lock().unwrap();
+        rows.clusters.get(&cluster())?.silos.get(id).cloned()
+    }
+
+    #[test]
+    fn a_copy_being_flushed_stays_to_hold_the_next_heartbeat_which_the_landing_rebases() {
+        let copies = WrittenSilos::default();
+        copies.remember(&cluster(), 10_000, beat_on(&record("a@1"), 1_000, 10.0));
+        let flushing = copies.take_held(None, |_, _| true, 10);
+        assert_eq!(flushing.len(), 1);
+        assert!(
+            copies.take_held(None, |_, _| true, 10).is_empty(),
+            "taken by one flush at a time"
+        );
+        // A heartbeat arrives while the flush writes: folded onto the copy, held.
+        let (_, in_place) = copies.take(&cluster(), ["a@1"].into_iter()).unwrap();
+        let meanwhile = beat_on(&in_place[0], 1_000, 11.0);
+        copies.remember(&cluster(), 10_000, meanwhile.clone());
+        // The flush lands what it took.
+        let (_, _, flushed) = &flushing[0];
+        let stored = SiloCopy::written(flushed.held_record().unwrap());
+        copies.remember(&cluster(), 10_000, stored.clone());
+        let after = kept(&copies, "a@1").unwrap();
+        assert_eq!(
+            after.record.heartbeat_count,
+            meanwhile.record.heartbeat_count
+        );
+        assert_eq!(after.held, meanwhile.held, "the heartbeat held meanwhile");
+        assert_eq!(
+            (
+                after.stored_count,
+                after.record.last_heartbeat_ms,
+                after.record.protected_until_ms,
+                &after.stored_load
+            ),
+            (
+                stored.stored_count,
+                stored.record.last_heartbeat_ms,
+                stored.record.protected_until_ms,
+                &stored.stored_load
+            ),
+            "on the row the flush stored"
+        );
+        assert!(!after.flushing);
+        assert_eq!(
+            copies.take_held(None, |_, _| true, 10).len(),
+            1,
+            "flushed next"
+        );
+    }
+
+    #[test]
+    fn a_flush_that_did_not_land_drops_its_copy_and_a_drain_it_found_drops_a_later_one() {
+        let copies = WrittenSilos::default();
+        copies.remember(&cluster(), 10_000, beat_on(&record("a@1"), 1_000, 10.0));
+        copies.remember(&cluster(), 10_000, beat_on(&record("b@1"), 1_000, 10.0));
+        let flushing = copies.take_held(None, |_, _| true, 10);
+        assert_eq!(flushing.len(), 2);
+        copies.drop_unflushed(&cluster(), "a@1");
+        assert!(kept(&copies, "a@1").is_none(), "the row changed: read it");
+        let (_, in_place) = copies.take(&cluster(), ["b@1"].into_iter()).unwrap();
+        copies.remember(&cluster(), 10_000, beat_on(&in_place[0], 1_000, 11.0));
+        let (_, _, b) = flushing
+            .iter()
+            .find(|(_, _, c)| c.record.id.as_str() == "b@1")
+            .unwrap();
+        let mut drained = b.held_record().unwrap();
+        drained.mark_drained(1_500);
+        copies.remember(&cluster(), 10_000, SiloCopy::written(drained));
+        assert!(
+            kept(&copies, "b@1").is_none(),
+            "a drain the later copy does not know"
+        );
+        copies.remember(&cluster(), 10_000, record("c@1"));
+        copies.drop_unflushed(&cluster(), "c@1");
+        assert!(kept(&copies, "c@1").is_some(), "not being flushed: kept");
+    }
+
     #[test]
     fn only_copies_holding_heartbeats_back_on_an_old_enough_stored_one_are_taken_to_be_written() {
         let copies = WrittenSilos::default();
@@ -349,9 +533,13 @@ mod tests {
         copies.remember(&cluster(), 10_000, held("young@1", 500));
         copies.remember(&cluster(), 10_000, held("old@1", 0));
         copies.remember(&cluster(), 10_000, held("older@1", -100));
-        let taken = copies.take_held(None, |ttl| if ttl == 10_000 { 0 } else { i64::MAX }, 1);
+        let taken = copies.take_held(
+            None,
+            |ttl, copy| ttl == 10_000 && copy.record.last_heartbeat_ms <= 0,
+            1,
+        );
         assert_eq!(taken.len(), 1, "at most the page");
-        let rest = copies.take_held(None, |_| 0, 10);
+        let rest = copies.take_held(None, |_, copy| copy.record.last_heartbeat_ms <= 0, 10);
         let mut ids: Vec<&str> = taken
             .iter()
             .chain(&rest)
@@ -378,12 +566,10 @@ mod tests {
         assert_eq!(record("a@1").held_record(), None, "nothing held");
         let elsewhere = ClusterName::parse("elsewhere").unwrap();
         assert!(copies
-            .take_held(Some(&elsewhere), |_| Millis::MAX, 10)
+            .take_held(Some(&elsewhere), |_, _| true, 10)
             .is_empty());
         assert_eq!(
-            copies
-                .take_held(Some(&cluster()), |_| Millis::MAX, 10)
-                .len(),
+            copies.take_held(Some(&cluster()), |_, _| true, 10).len(),
             1,
             "young@1, when its cluster's are asked for"
         );
