@@ -82,8 +82,23 @@ impl Api {
 
     /// `method` on `/v1/clusters/{cluster}{path}` of the replica at `base`.
     pub async fn send(&self, base: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send_within(base, method, path, body, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// [`Self::send`], given `timeout` instead of the usual 3 s: for a call whose work grows with
+    /// what came before it (a leave releases the silo's first 5,000 activations), which a client
+    /// that gives up would cancel, and cancel again on every retry.
+    pub async fn send_within(
+        &self,
+        base: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> Reply {
         let url = format!("{base}/v1/clusters/{}{path}", self.cluster);
-        let mut request = self.client.request(method, url);
+        let mut request = self.client.request(method, url).timeout(timeout);
         if let Some(body) = body {
             request = request.json(&body);
         }

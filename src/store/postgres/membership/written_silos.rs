@@ -227,6 +227,9 @@ impl WrittenSilos {
         };
         let merged = if basis.stored_count <= later.stored_count {
             later
+        } else if later.record.heartbeat_count <= basis.stored_count {
+            // The later copy holds nothing the row does not: the row's.
+            basis
         } else if basis.record.drained_at_ms.is_some() && later.record.drained_at_ms.is_none() {
             *held -= 1;
             return;
@@ -487,6 +490,17 @@ mod tests {
             copies.take_held(None, |_, _| true, 10).len(),
             1,
             "flushed next"
+        );
+
+        // A copy coming back with no heartbeat beyond the row a write stored: the row's copy.
+        let held = beat_on(&record("b@1"), 1_000, 10.0);
+        let stored = SiloCopy::written(held.held_record().unwrap());
+        copies.remember(&cluster(), 10_000, stored.clone());
+        copies.remember(&cluster(), 10_000, held);
+        let after = kept(&copies, "b@1").unwrap();
+        assert_eq!(
+            (after.stored_count, after.held),
+            (stored.stored_count, None)
         );
     }
 
