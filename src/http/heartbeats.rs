@@ -4,6 +4,7 @@ use crate::oracle::Members;
 use crate::rate_limit::RateLimits;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::Json;
@@ -216,6 +217,10 @@ pub async fn post_heartbeat(
     Cluster(cluster): Cluster,
     ApiJson(request): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
+    let _watch = SlowHeartbeatWatch {
+        members: &members,
+        arrived: Instant::now(),
+    };
     limits.heartbeat(&cluster)?;
     let heartbeat = request.validate()?;
     let snapshot = members.heartbeat(&cluster, heartbeat).await?;
@@ -227,4 +232,27 @@ pub async fn post_heartbeat(
             snapshot.liveness.now,
         ),
     }))
+}
+
+/// A heartbeat this long in the replica's hands before it was answered (or given up on by its
+/// client) waited in the replica's own queue: its silo's silence, and its neighbours', looks
+/// longer than it was.
+const SLOW_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Tells [`Members::could_not_keep_up`] when the heartbeat it watches took [`SLOW_HEARTBEAT`] or
+/// longer, answered or dropped: a replica whose admitted work queues for seconds refuses little
+/// (its in-flight limit is not reached while the queue drains), and judging silence then declared
+/// the flood's own silo dead in the runtime overload fault, its heartbeats waiting behind the
+/// flood's placements past the TTL and cancelled by their client.
+struct SlowHeartbeatWatch<'a> {
+    members: &'a Members,
+    arrived: Instant,
+}
+
+impl Drop for SlowHeartbeatWatch<'_> {
+    fn drop(&mut self) {
+        if self.arrived.elapsed() >= SLOW_HEARTBEAT {
+            self.members.could_not_keep_up();
+        }
+    }
 }
