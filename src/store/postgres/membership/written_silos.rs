@@ -158,6 +158,19 @@ struct Rows {
     held: usize,
 }
 
+impl Rows {
+    /// Drops the copy of `silo` of `cluster` if there is one and `drop` says so.
+    fn drop_if(&mut self, cluster: &ClusterName, silo: &str, drop: impl Fn(&SiloCopy) -> bool) {
+        let Some(cluster_rows) = self.clusters.get_mut(cluster) else {
+            return;
+        };
+        if cluster_rows.silos.get(silo).is_some_and(drop) {
+            cluster_rows.silos.remove(silo);
+            self.held -= 1;
+        }
+    }
+}
+
 /// The silo rows this replica wrote last, by cluster.
 #[derive(Debug, Default)]
 pub struct WrittenSilos {
@@ -244,18 +257,7 @@ impl WrittenSilos {
     /// known to be stored, and the silo's next heartbeat reads its row.
     pub fn drop_unflushed(&self, cluster: &ClusterName, silo: &str) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        let Rows { clusters, held } = &mut *rows;
-        let Some(cluster_rows) = clusters.get_mut(cluster) else {
-            return;
-        };
-        if cluster_rows
-            .silos
-            .get(silo)
-            .is_some_and(|copy| copy.flushing)
-        {
-            cluster_rows.silos.remove(silo);
-            *held -= 1;
-        }
+        rows.drop_if(cluster, silo, |copy| copy.flushing);
     }
 
     /// Up to `max` copies holding heartbeats back (of the `only` cluster, or of any) that are
@@ -322,12 +324,7 @@ impl WrittenSilos {
     /// leave), so its next heartbeat is written, and reads the row if the write finds it changed.
     pub fn forget(&self, cluster: &ClusterName, silo: &str) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        let Rows { clusters, held } = &mut *rows;
-        if let Some(cluster_rows) = clusters.get_mut(cluster) {
-            if cluster_rows.silos.remove(silo).is_some() {
-                *held -= 1;
-            }
-        }
+        rows.drop_if(cluster, silo, |_| true);
     }
 
     /// Whether any silo's row is kept.
@@ -339,21 +336,9 @@ impl WrittenSilos {
     /// it was asked for through another replica.
     pub fn forget_drained(&self, draining: &[(String, String)]) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        let Rows { clusters, held } = &mut *rows;
         for (cluster, silo) in draining {
-            let Some(cluster_rows) = ClusterName::parse(cluster)
-                .ok()
-                .and_then(|cluster| clusters.get_mut(&cluster))
-            else {
-                continue;
-            };
-            if cluster_rows
-                .silos
-                .get(silo)
-                .is_some_and(|copy| copy.record.drained_at_ms.is_none())
-            {
-                cluster_rows.silos.remove(silo);
-                *held -= 1;
+            if let Ok(cluster) = ClusterName::parse(cluster) {
+                rows.drop_if(&cluster, silo, |copy| copy.record.drained_at_ms.is_none());
             }
         }
     }

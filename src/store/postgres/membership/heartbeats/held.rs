@@ -152,9 +152,7 @@ impl PostgresStore {
             }
         }
     }
-}
 
-impl PostgresStore {
     /// Drops this replica's copies of silos drained through another replica since the copy was
     /// made (one statement, on the index of silos draining), so that each one's next heartbeat
     /// reads its row and is answered `shutting_down`: a silo whose figures hold steady may go a
