@@ -276,6 +276,18 @@ pub async fn run(backend: Backend, fault: Fault, server: &Arc<OwnPostgres>) -> R
             let served = probe(&held, &survivors, workload.log.clone(), fault_at).await;
             let all = served.iter().copied().collect::<Option<Vec<_>>>();
             recovery = all.map(|times| (times.into_iter().max().unwrap_or_default(), held.len()));
+            if recovery.is_none() {
+                // Which counters, so that a failed run says where to look in the oracle's log.
+                let waiting: Vec<usize> = (held.iter().zip(&served))
+                    .filter(|(_, served)| served.is_none())
+                    .map(|(&counter, _)| counter)
+                    .collect();
+                note = format!(
+                    "{} of the killed server's {} counters not served again within 30 s: {waiting:?}",
+                    waiting.len(),
+                    held.len()
+                );
+            }
             let rest = (4 * TTL).saturating_sub(fault_at.elapsed());
             tokio::time::sleep(rest).await;
         }
