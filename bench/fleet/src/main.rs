@@ -8,7 +8,10 @@
 //! of the rates (`--windows 1x:20,3x:30,1x:20` puts three times the load on for 30 s); per window
 //! and stream: offered and served rates, p50/p99/p99.9, refusals with `Retry-After`, failures by
 //! status, and the oracle's and Postgres' CPU per served request. At the end, every silo's status:
-//! none may be dead.
+//! none may be dead. `--floor R` adds `GET /healthz` at R a second: run alone at a stream's rate
+//! (`--clusters 0 --new 0 --known 0 --floor 20000`), it is the floor that stream's CPU a request is
+//! judged against, measured open loop as the stream is (a closed loop's floor batches more work a
+//! wake-up and costs less a request).
 //!
 //!   fleet --url http://127.0.0.1:18080 --clusters 1000 --silos 20 --new 2000 --known 5000 \
 //!         --oracle-pid 1234
@@ -41,6 +44,7 @@ struct Options {
     new_per_second: f64,
     known_per_second: f64,
     known_per_cluster: usize,
+    floor_per_second: f64,
     warmup: Duration,
     /// Measured windows: a factor of every rate, and how long.
     windows: Vec<(f64, Duration)>,
@@ -92,6 +96,7 @@ impl Options {
             new_per_second: number("new", "2000")?,
             known_per_second: number("known", "5000")?,
             known_per_cluster: number("known-per-cluster", "20")? as usize,
+            floor_per_second: number("floor", "0")?,
             warmup: Duration::from_secs_f64(number("warmup", "10")?),
             windows,
             connections: number("connections", "256")? as usize,
@@ -101,22 +106,25 @@ impl Options {
     }
 }
 
-/// The three streams.
+/// The streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Heartbeat,
     New,
     Known,
+    /// `GET /healthz`, the floor.
+    Floor,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Heartbeat, Kind::New, Kind::Known];
+    const ALL: [Kind; 4] = [Kind::Heartbeat, Kind::New, Kind::Known, Kind::Floor];
 
     fn name(self) -> &'static str {
         match self {
             Kind::Heartbeat => "heartbeat",
             Kind::New => "new grain",
             Kind::Known => "known",
+            Kind::Floor => "floor",
         }
     }
 }
@@ -151,13 +159,14 @@ async fn main() {
     }
     println!(
         "fleet: {} clusters × {} silos beating every {:?} ({:.0} heartbeats/s), {:.0} new and \
-         {:.0} known grains/s, {} connections; warm-up {:?}, then {:?}",
+         {:.0} known grains/s, floor {:.0}/s, {} connections; warm-up {:?}, then {:?}",
         options.clusters,
         options.silos,
         options.beat_every,
         (options.clusters * options.silos) as f64 / options.beat_every.as_secs_f64(),
         options.new_per_second,
         options.known_per_second,
+        options.floor_per_second,
         options.connections,
         options.warmup,
         options.windows
@@ -224,6 +233,7 @@ async fn schedule(
             let rate = factor
                 * match kind {
                     Kind::Heartbeat => beat_rate,
+                    Kind::Floor => options.floor_per_second,
                     Kind::New if window.is_none() => 0.0,
                     Kind::Known if window.is_none() => 0.0,
                     Kind::New => options.new_per_second,
@@ -292,6 +302,7 @@ fn request(
                 format!(r#"{{"grain":"g/{n}"}}"#).into_bytes(),
             )
         }
+        Kind::Floor => ("/healthz".to_owned(), Vec::new()),
         Kind::Known => {
             let cluster = random % options.clusters as u64;
             let grain = (random >> 32) % options.known_per_cluster.max(1) as u64;
@@ -315,7 +326,11 @@ async fn work(
         let Some(job) = job else { return };
         let answer = connection
             .send(
-                "POST",
+                if job.kind == Kind::Floor {
+                    "GET"
+                } else {
+                    "POST"
+                },
                 &job.path,
                 &job.body,
                 options.token.as_deref(),
