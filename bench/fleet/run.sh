@@ -6,6 +6,7 @@
 #                                                              # and 5,000 known grains a second
 #   bench/fleet/run.sh --clusters 100 --new 0 --known 0        # heartbeats of 2,000 silos alone
 #   bench/fleet/run.sh --clusters 300 --windows 1x:20,3x:30,1x:20   # three times the load for 30 s
+#   bench/fleet/run.sh --clusters 0 --new 0 --known 0 --floor 20000 # the floor at a fleet's pace
 #
 # ORACLE_BIN=… measures that binary instead of building one; ORACLE_ENV="A=1 B=2" sets more of
 # the oracle's settings. Prints the generator's report; the oracle's log is kept in
