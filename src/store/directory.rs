@@ -81,16 +81,17 @@ pub trait DirectoryStore: Send + Sync + 'static {
         entries: &[NewActivation],
     ) -> Result<Vec<Registration>, StoreError>;
 
-    /// For each proposal, in order: the grain's entry (`Existing`, live or not) if it has one, else
-    /// the registration of the proposed silo by [`DirectoryStore::register`]'s rules. A grain that exists
-    /// costs a lookup; a new one is registered in the same call, without a second trip through the
-    /// oracle. The Postgres store does both in one statement.
+    /// For each proposal of a cluster, in order: the grain's entry (`Existing`, live or not) if it
+    /// has one, else the registration of the proposed silo by [`DirectoryStore::register`]'s
+    /// rules. A grain that exists costs a lookup; a new one is registered in the same call, without
+    /// a second trip through the oracle. The proposals may be of many clusters (each grain once a
+    /// cluster): the Postgres store does all of it in one statement, so a fleet of small clusters'
+    /// placements do not cost a statement each.
     async fn lookup_or_register(
         &self,
-        cluster: &ClusterName,
-        proposals: &[Proposal],
+        proposals: &[(ClusterName, Proposal)],
     ) -> Result<Vec<Registration>, StoreError> {
-        lookup_then_register(self, cluster, proposals).await
+        lookup_then_register(self, proposals).await
     }
 
     /// Removes the grain's entry if it is activation `epoch` on `silo`; `true` when it did.
@@ -136,11 +137,34 @@ pub trait DirectoryStore: Send + Sync + 'static {
 }
 
 /// [`DirectoryStore::lookup_or_register`] as a lookup, then a registration of the grains it did not
-/// find.
+/// find, a cluster at a time.
 pub async fn lookup_then_register(
     store: &(impl DirectoryStore + ?Sized),
+    proposals: &[(ClusterName, Proposal)],
+) -> Result<Vec<Registration>, StoreError> {
+    let mut by_cluster: Vec<(&ClusterName, Vec<usize>)> = Vec::new();
+    for (i, (cluster, _)) in proposals.iter().enumerate() {
+        match by_cluster.iter_mut().find(|(c, _)| *c == cluster) {
+            Some((_, positions)) => positions.push(i),
+            None => by_cluster.push((cluster, vec![i])),
+        }
+    }
+    let mut answers = vec![Registration::SiloUnavailable; proposals.len()];
+    for (cluster, positions) in by_cluster {
+        let ones: Vec<&Proposal> = positions.iter().map(|&i| &proposals[i].1).collect();
+        let outcomes = lookup_then_register_in(store, cluster, &ones).await?;
+        for (i, outcome) in positions.into_iter().zip(outcomes) {
+            answers[i] = outcome;
+        }
+    }
+    Ok(answers)
+}
+
+/// [`lookup_then_register`] for one cluster's proposals.
+async fn lookup_then_register_in(
+    store: &(impl DirectoryStore + ?Sized),
     cluster: &ClusterName,
-    proposals: &[Proposal],
+    proposals: &[&Proposal],
 ) -> Result<Vec<Registration>, StoreError> {
     let grains: Vec<GrainId> = proposals.iter().map(|p| p.grain.clone()).collect();
     let mut found: HashMap<String, Located> = store

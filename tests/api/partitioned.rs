@@ -3,7 +3,8 @@
 //! `cluster`: every `for_each_store` test runs on it (`<module>::partitioned::…`), and `EXPLAIN`
 //! of the store's own hot statements, taken from its source and bound to one cluster, shows each
 //! touching one partition of each table it reads or writes (in its plan, or for the batched
-//! heartbeats, which find each row by a cluster from their own list of keys, in its run).
+//! heartbeats and placements, which find each row by a cluster from their own list of keys, in
+//! its run).
 
 use std::collections::BTreeMap;
 
@@ -200,8 +201,8 @@ async fn the_hot_statements_touch_one_partition_of_each_table() {
         (
             "placing new grains",
             statement("missing AS ("),
-            format!("{cluster}, ARRAY['user/1','user/99'], ARRAY['a@1','a@1'], ARRAY['random','random'], NULL, NULL"),
-            Look::Plan,
+            format!("ARRAY[{cluster}, {cluster}], ARRAY['user/1','user/99'], ARRAY['a@1','a@1'], ARRAY['random','random'], NULL, NULL"),
+            Look::Run,
         ),
         (
             "looking known grains up",

@@ -59,6 +59,11 @@ async fn beat(store: &dyn Store, id: &str) {
 
 /// A heartbeat from a silo that hosts only `grain_types` (all types with `None`).
 async fn beat_hosting(store: &dyn Store, id: &str, grain_types: Option<&[&str]>) {
+    beat_in(store, &cluster(), id, grain_types).await
+}
+
+/// [`beat_hosting`] in `cluster`.
+async fn beat_in(store: &dyn Store, cluster: &ClusterName, id: &str, grain_types: Option<&[&str]>) {
     let heartbeat = Heartbeat {
         silo: silo(id),
         address: id.split('@').next().unwrap().to_owned(),
@@ -71,7 +76,7 @@ async fn beat_hosting(store: &dyn Store, id: &str, grain_types: Option<&[&str]>)
     let update =
         |previous: Option<&_>, liveness: &_| heartbeat::apply(&heartbeat, previous, liveness);
     store
-        .record_heartbeat(&cluster(), &heartbeat.silo, &update)
+        .record_heartbeat(cluster, &heartbeat.silo, &update)
         .await
         .unwrap()
         .expect("accepted");
@@ -1837,18 +1842,37 @@ async fn lookup_or_register_answers_each_grain_by_what_the_store_holds(backend: 
         silo: silo_id.map(silo),
         strategy: Strategy::Random.as_str(),
     };
+    // A second cluster in the same call, with a silo and grains of the same names as the
+    // first's: each answered by its own cluster's entries and silos.
+    let other = ClusterName::parse("parts-other").unwrap();
+    beat_in(&*store, &other, "a@1", None).await;
     let answers = store
-        .lookup_or_register(
-            &cluster(),
-            &[
-                proposal("user/new", Some("a@1")),
-                proposal("user/known", Some("quiet@1")),
-                proposal("user/stranded", Some("quiet@1")),
-                proposal("user/only-looked-up", None),
-            ],
-        )
+        .lookup_or_register(&[
+            (cluster(), proposal("user/new", Some("a@1"))),
+            (other.clone(), proposal("user/known", Some("a@1"))),
+            (cluster(), proposal("user/known", Some("quiet@1"))),
+            (cluster(), proposal("user/stranded", Some("quiet@1"))),
+            (other.clone(), proposal("user/new", None)),
+            (cluster(), proposal("user/only-looked-up", None)),
+        ])
         .await
         .unwrap();
+    assert!(
+        matches!(&answers[1], Registration::Registered(a) if a.silo == "a@1"),
+        "the other cluster's grain of a known grain's name is new there: {:?}",
+        answers[1]
+    );
+    assert_eq!(
+        answers[4],
+        Registration::SiloUnavailable,
+        "a grain known in the first cluster is not found in the other"
+    );
+    let answers = [
+        answers[0].clone(),
+        answers[2].clone(),
+        answers[3].clone(),
+        answers[5].clone(),
+    ];
     assert!(
         matches!(&answers[0], Registration::Registered(a) if a.silo == "a@1"),
         "a new grain on a live silo is registered: {:?}",

@@ -426,21 +426,27 @@ async fn register_batch(
     .await
 }
 
-/// One batched lookup-or-register: a store call per cluster.
+/// One batched lookup-or-register: one store call for every cluster in the batch.
 async fn propose_batch(
     store: Arc<dyn Store>,
     calls: Vec<(ClusterName, Proposal)>,
 ) -> Result<Vec<Registration>, StoreError> {
-    once_per_grain(
-        &calls,
-        |p| &p.grain,
-        "lookup_or_register",
-        |cluster, proposals| {
-            let store = store.clone();
-            async move { store.lookup_or_register(&cluster, &proposals).await }
-        },
-    )
-    .await
+    let mut unique = Vec::new();
+    let mut duplicates = Vec::new();
+    for (_, positions) in by_cluster(&calls) {
+        let (first, later) = first_of_each_grain(&positions, |i| &calls[i].1.grain);
+        unique.extend(first);
+        duplicates.extend(later);
+    }
+    let proposals: Vec<(ClusterName, Proposal)> =
+        unique.iter().map(|&i| calls[i].clone()).collect();
+    let outcomes = store
+        .lookup_or_register(&proposals)
+        .await
+        .inspect_err(|_| metric::store_error("lookup_or_register"))?;
+    let mut answers = vec![Registration::SiloUnavailable; calls.len()];
+    fan_out(&mut answers, &unique, outcomes, &duplicates);
+    Ok(answers)
 }
 
 /// Runs `run` once per cluster in the batch with each grain queued only once. A grain queued twice
