@@ -2,8 +2,8 @@
 //! first-writer-wins across replicas; a registration checks the chosen silo's liveness in the
 //! statement that inserts, and holds the silo row `FOR KEY SHARE` until it commits, so a death
 //! (which takes the row `FOR UPDATE`) either comes first and is seen, or waits and releases the new
-//! entry with the others. Registrations insert in grain order, so overlapping batches cannot
-//! deadlock on the index.
+//! entry with the others. Registrations insert in (cluster, grain) order and lock silos in
+//! (cluster, silo) order, so overlapping batches cannot deadlock on the index or the silo rows.
 
 use std::collections::HashMap;
 
@@ -187,8 +187,8 @@ impl PostgresStore {
             .collect())
     }
 
-    /// The one statement of [`Self::try_lookup_or_register`], in (cluster, grain) order (see
-    /// [`grain_order`]): a row per grain found (`found`), registered (`registered`) or whose
+    /// The one statement of [`Self::try_lookup_or_register`], inserting in (cluster, grain) order
+    /// as [`grain_order`] does within a cluster: a row per grain found (`found`), registered (`registered`) or whose
     /// proposed silo could not take it (`unavailable`); a grain another transaction registered
     /// meanwhile has none. `None` when a chosen silo left (its row was deleted) between the
     /// liveness check and the foreign key check: nothing was written.
@@ -234,14 +234,18 @@ impl PostgresStore {
                                   WHERE f.cluster = n.cluster AND f.grain = n.grain)
              ),
              chosen AS (
+                -- The silos are locked in (cluster, silo) order: the lateral is run once per
+                -- row of the ordered list, in its order (the cluster's TTL is read inside it, so
+                -- no join stands between the list and the locks to reorder them).
                 SELECT n.cluster, s.silo
                 FROM (SELECT DISTINCT cluster, silo FROM missing ORDER BY cluster, silo) n
-                JOIN clusters c ON c.name = n.cluster
                 JOIN LATERAL (
                     SELECT s.silo FROM silos s
                     WHERE s.cluster = n.cluster AND s.silo = n.silo AND s.status = 'active'
                       AND silo_is_alive(s.status, s.last_heartbeat_ms, s.protected_until_ms,
-                                        c.silo_ttl_ms, COALESCE($5::int8, oracle_now_ms()), $6)
+                                        (SELECT c.silo_ttl_ms FROM clusters c
+                                         WHERE c.name = n.cluster),
+                                        COALESCE($5::int8, oracle_now_ms()), $6)
                     LIMIT 1
                     FOR KEY SHARE
                 ) s ON true
