@@ -136,23 +136,28 @@ pub trait DirectoryStore: Send + Sync + 'static {
     async fn release_dead(&self, cluster: &ClusterName, limit: u32) -> Result<u64, StoreError>;
 }
 
+/// Groups calls by cluster, preserving each call's position.
+pub fn by_cluster<T>(calls: &[(ClusterName, T)]) -> Vec<(ClusterName, Vec<usize>)> {
+    let mut groups: HashMap<&ClusterName, Vec<usize>> = HashMap::new();
+    for (i, (cluster, _)) in calls.iter().enumerate() {
+        groups.entry(cluster).or_default().push(i);
+    }
+    groups
+        .into_iter()
+        .map(|(cluster, positions)| (cluster.clone(), positions))
+        .collect()
+}
+
 /// [`DirectoryStore::lookup_or_register`] as a lookup, then a registration of the grains it did not
 /// find, a cluster at a time.
 pub async fn lookup_then_register(
     store: &(impl DirectoryStore + ?Sized),
     proposals: &[(ClusterName, Proposal)],
 ) -> Result<Vec<Registration>, StoreError> {
-    let mut by_cluster: Vec<(&ClusterName, Vec<usize>)> = Vec::new();
-    for (i, (cluster, _)) in proposals.iter().enumerate() {
-        match by_cluster.iter_mut().find(|(c, _)| *c == cluster) {
-            Some((_, positions)) => positions.push(i),
-            None => by_cluster.push((cluster, vec![i])),
-        }
-    }
     let mut answers = vec![Registration::SiloUnavailable; proposals.len()];
-    for (cluster, positions) in by_cluster {
+    for (cluster, positions) in by_cluster(proposals) {
         let ones: Vec<&Proposal> = positions.iter().map(|&i| &proposals[i].1).collect();
-        let outcomes = lookup_then_register_in(store, cluster, &ones).await?;
+        let outcomes = lookup_then_register_in(store, &cluster, &ones).await?;
         for (i, outcome) in positions.into_iter().zip(outcomes) {
             answers[i] = outcome;
         }

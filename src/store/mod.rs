@@ -56,7 +56,7 @@ use crate::cluster::SiloStatus;
 
 pub use background::{BackgroundStore, Due, DueQuery, SilenceLook};
 pub use directory::{
-    lookup_then_register, Activation, DirectoryStore, Located, NewActivation, Proposal,
+    by_cluster, lookup_then_register, Activation, DirectoryStore, Located, NewActivation, Proposal,
     Registration,
 };
 pub use edges::{EdgeIntake, EdgeReport, EdgeStore, PendingEdge};

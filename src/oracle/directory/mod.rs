@@ -32,7 +32,9 @@ use crate::placement::webhook_hosts::WebhookHosts;
 use crate::placement::LocalDeltas;
 use crate::placement::{self, ClusterView, Explanation, PlacementInput, Strategy};
 use crate::policy::Policy;
-use crate::store::{Activation, Located, NewActivation, Proposal, Registration, Store, StoreError};
+use crate::store::{
+    by_cluster, Activation, Located, NewActivation, Proposal, Registration, Store, StoreError,
+};
 use crate::telemetry::metric;
 
 /// One grain to place.
@@ -362,18 +364,6 @@ impl Directory {
             next_cursor,
         })
     }
-}
-
-/// Groups queued calls by cluster, preserving each call's position.
-fn by_cluster<T>(calls: &[(ClusterName, T)]) -> Vec<(ClusterName, Vec<usize>)> {
-    let mut groups: HashMap<&ClusterName, Vec<usize>> = HashMap::new();
-    for (i, (cluster, _)) in calls.iter().enumerate() {
-        groups.entry(cluster).or_default().push(i);
-    }
-    groups
-        .into_iter()
-        .map(|(cluster, positions)| (cluster.clone(), positions))
-        .collect()
 }
 
 /// How many clusters of one batch reach the store at once: each cluster's statement names it

@@ -38,28 +38,33 @@ struct Judgement {
     reachable_for: Millis,
 }
 
-/// A grain of a cluster, as the answers of [`PostgresStore::lookup_or_insert`] are keyed.
-type GrainKey = (String, String);
+/// The answers of [`PostgresStore::lookup_or_insert`], by cluster, then grain (looked up by
+/// the names asked for, without building a key a grain).
+type Answers = HashMap<String, HashMap<String, Registration>>;
 
-fn key(cluster: &ClusterName, grain: &GrainId) -> GrainKey {
-    (cluster.to_string(), grain.to_string())
+fn answer_of<'a>(
+    answers: &'a Answers,
+    cluster: &ClusterName,
+    grain: &GrainId,
+) -> Option<&'a Registration> {
+    answers.get(cluster.as_str())?.get(grain.as_str())
 }
 
-/// The answers of [`PostgresStore::lookup_or_insert`]'s rows, by cluster and grain.
-fn registrations_by_key(rows: &[PgRow]) -> Result<HashMap<GrainKey, Registration>, PgError> {
-    let mut answers: HashMap<GrainKey, Registration> = HashMap::with_capacity(rows.len());
+/// The answers of [`PostgresStore::lookup_or_insert`]'s rows.
+fn registrations_by_key(rows: &[PgRow]) -> Result<Answers, PgError> {
+    let mut answers = Answers::new();
     for row in rows {
         let kind: String = row.try_get("kind")?;
         let cluster: String = row.try_get("cluster")?;
         if kind == "unavailable" {
-            answers.insert(
-                (cluster, row.try_get("grain")?),
-                Registration::SiloUnavailable,
-            );
+            answers
+                .entry(cluster)
+                .or_default()
+                .insert(row.try_get("grain")?, Registration::SiloUnavailable);
             continue;
         }
         let activation = activation_from_row(row)?;
-        let grain = (cluster, activation.grain.clone());
+        let grain = activation.grain.clone();
         let answer = if kind == "registered" {
             Registration::Registered(activation)
         } else {
@@ -68,7 +73,7 @@ fn registrations_by_key(rows: &[PgRow]) -> Result<HashMap<GrainKey, Registration
                 live: row.try_get("live")?,
             })
         };
-        answers.insert(grain, answer);
+        answers.entry(cluster).or_default().insert(grain, answer);
     }
     Ok(answers)
 }
@@ -164,23 +169,22 @@ impl PostgresStore {
         // committed now, but was not there when the statement looked): the only ones read again.
         let mut lost: HashMap<&ClusterName, Vec<GrainId>> = HashMap::new();
         for (cluster, p) in proposals {
-            if p.silo.is_some() && !answers.contains_key(&key(cluster, &p.grain)) {
+            if p.silo.is_some() && answer_of(&answers, cluster, &p.grain).is_none() {
                 lost.entry(cluster).or_default().push(p.grain.clone());
             }
         }
         for (cluster, lost) in lost {
-            for (grain, located) in self.race_winners(cluster, &lost).await? {
-                answers.insert(
-                    (cluster.to_string(), grain),
-                    Registration::Existing(located),
-                );
-            }
+            let winners = self.race_winners(cluster, &lost).await?;
+            answers.entry(cluster.to_string()).or_default().extend(
+                winners
+                    .into_iter()
+                    .map(|(grain, located)| (grain, Registration::Existing(located))),
+            );
         }
         Ok(proposals
             .iter()
             .map(|(cluster, p)| {
-                answers
-                    .get(&key(cluster, &p.grain))
+                answer_of(&answers, cluster, &p.grain)
                     .cloned()
                     .unwrap_or(Registration::SiloUnavailable)
             })
